@@ -1,0 +1,7 @@
+"""`python -m verl_migrate` runs the `verl-migrate-config` command."""
+
+import sys
+
+from verl_migrate.cli import main
+
+sys.exit(main())
