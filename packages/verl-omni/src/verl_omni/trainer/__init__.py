@@ -1,0 +1,1 @@
+"""FlowGRPO training: the algorithm (`algos`) and, later, the Ray trainer."""

@@ -1,0 +1,224 @@
+"""FlowGRPO loss: clipped surrogate, KL to the reference policy, and the consistency metrics (flowgrpo_math.md §4).
+
+All log-probs here are the mean-reduced per-step Gaussian log-densities of the SDE sampler (§1.5), one value per
+(sample, trained step). The engine calls `flow_grpo_policy_loss` once per micro-batch and trained step and scales
+the result so the optimizer sees the mean over steps and micro-batches (§4.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import torch
+
+__all__ = [
+    "FlowGRPOLossOutput",
+    "flow_grpo_policy_loss",
+    "kl_penalty",
+    "kl_penalty_exact",
+    "kl_penalty_historical",
+    "rollout_consistency_metrics",
+]
+
+KLType = Literal["historical", "exact"]
+
+
+@dataclasses.dataclass
+class FlowGRPOLossOutput:
+    """Result of `flow_grpo_policy_loss`.
+
+    Args:
+        loss (`torch.Tensor`, scalar):
+            `mean_i L^pg_i` (+ `kl_coef · kl` when a KL term was given); differentiable.
+        pg_loss (`torch.Tensor`, scalar, detached):
+            The clipped-surrogate part.
+        kl (`torch.Tensor`, scalar, detached, or `None`):
+            The KL term before the coefficient, when one was given.
+        metrics (`dict[str, torch.Tensor]`):
+            Detached scalars: `pg_clipfrac`, `pg_clipfrac_higher`, `pg_clipfrac_lower`, `ppo_kl` (mean −Δℓ, verl),
+            `approx_kl` (½·mean Δℓ², flow_grpo), `ratio_mean`, `ratio_min`, `ratio_max`.
+    """
+
+    loss: torch.Tensor
+    pg_loss: torch.Tensor
+    kl: torch.Tensor | None
+    metrics: dict[str, torch.Tensor]
+
+
+def flow_grpo_policy_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_ratio: float,
+    adv_clip_max: float,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> FlowGRPOLossOutput:
+    """Clipped PPO surrogate of FlowGRPO for one trained step of a micro-batch.
+
+    `ρ = exp(ℓ_θ − ℓ_old)`, `Â = clip(A, −adv_clip_max, adv_clip_max)`,
+    `L^pg_i = max(−Â_i·ρ_i, −Â_i·clip(ρ_i, 1−ε, 1+ε))`, reduced by a plain mean over the batch.
+    Computed in float32 (float64 when `log_prob` is float64).
+
+    Args:
+        log_prob (`torch.Tensor` of shape `(B,)`):
+            Current-policy log-probs ℓ_θ (carry the gradient).
+        old_log_prob (`torch.Tensor` of shape `(B,)`):
+            Behaviour-policy log-probs ℓ_old (detached inside).
+        advantages (`torch.Tensor` of shape `(B,)`):
+            Unclipped advantages A.
+        clip_ratio (`float`):
+            ε of the ratio clip (`diffusion_loss.clip_ratio`), > 0.
+        adv_clip_max (`float`):
+            Advantage clip (`diffusion_loss.adv_clip_max`), > 0.
+        kl (`torch.Tensor`, scalar, *optional*):
+            A KL term from `kl_penalty_historical` / `kl_penalty_exact`, added as `kl_coef · kl`.
+        kl_coef (`float`, *optional*, defaults to `0.0`):
+            β (`actor.kl_loss_coef`).
+
+    Returns:
+        `FlowGRPOLossOutput`.
+
+    Raises:
+        ValueError: shapes differ or `clip_ratio` / `adv_clip_max` is not positive.
+    """
+    if log_prob.shape != old_log_prob.shape or log_prob.shape != advantages.shape:
+        raise ValueError(
+            "log_prob, old_log_prob, advantages: expected equal shapes, got "
+            f"{tuple(log_prob.shape)}, {tuple(old_log_prob.shape)}, {tuple(advantages.shape)}"
+        )
+    if clip_ratio <= 0:
+        raise ValueError(f"clip_ratio: expected a float > 0, got {clip_ratio}")
+    if adv_clip_max <= 0:
+        raise ValueError(f"adv_clip_max: expected a float > 0, got {adv_clip_max}")
+
+    log_prob = _upcast(log_prob)
+    adv = advantages.detach().to(log_prob.dtype).clamp(-adv_clip_max, adv_clip_max)
+    neg_log_ratio = old_log_prob.detach().to(log_prob.dtype) - log_prob
+    ratio = torch.exp(-neg_log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_ratio, 1.0 + clip_ratio)
+    pg_losses = torch.maximum(unclipped, clipped)
+    pg_loss = pg_losses.mean()
+
+    loss = pg_loss
+    if kl is not None:
+        loss = loss + kl_coef * kl
+
+    with torch.no_grad():
+        r = ratio.detach()
+        d = neg_log_ratio.detach()
+        metrics = {
+            "pg_clipfrac": ((r - 1.0).abs() > clip_ratio).float().mean(),
+            "pg_clipfrac_higher": (r > 1.0 + clip_ratio).float().mean(),
+            "pg_clipfrac_lower": (r < 1.0 - clip_ratio).float().mean(),
+            "ppo_kl": d.mean(),
+            "approx_kl": 0.5 * (d**2).mean(),
+            "ratio_mean": r.mean(),
+            "ratio_min": r.min(),
+            "ratio_max": r.max(),
+        }
+    return FlowGRPOLossOutput(
+        loss=loss, pg_loss=pg_loss.detach(), kl=None if kl is None else kl.detach(), metrics=metrics
+    )
+
+
+def kl_penalty_historical(
+    prev_sample_mean: torch.Tensor, ref_prev_sample_mean: torch.Tensor, std_dev_t: torch.Tensor
+) -> torch.Tensor:
+    """KL term as flow_grpo / verl / verl-omni compute it ("KL_code"), reproducing the published β.
+
+    `mean_i mean_d (μ_θ − μ_ref)² / (2·std_dev_t²)` where `std_dev_t` is what the scheduler returns: σ_t for
+    `sde` (so this equals `h · KL_exact / D`, with h = σ − σ') and the transition std s for `cps`.
+
+    Args:
+        prev_sample_mean (`torch.Tensor` of shape `(B, ...)`):
+            Transition mean μ_θ of the current policy (carries the gradient).
+        ref_prev_sample_mean (`torch.Tensor` of shape `(B, ...)`):
+            Transition mean μ_ref of the reference policy at the same input (detached inside).
+        std_dev_t (`torch.Tensor`, broadcastable to `(B, ...)`):
+            The scheduler's `std_dev_t` for this step.
+
+    Returns:
+        `torch.Tensor`, scalar (float32, or float64 for float64 inputs).
+    """
+    diff = _upcast(prev_sample_mean) - _upcast(ref_prev_sample_mean.detach())
+    per_elem = diff**2 / (2.0 * _broadcast(std_dev_t, diff) ** 2)
+    return per_elem.flatten(1).mean(dim=1).mean()
+
+
+def kl_penalty_exact(
+    prev_sample_mean: torch.Tensor,
+    ref_prev_sample_mean: torch.Tensor,
+    transition_std: torch.Tensor,
+    *,
+    reduction: Literal["mean", "sum"] = "mean",
+) -> torch.Tensor:
+    """Exact KL between the Gaussian transitions of the current and the reference policy.
+
+    `KL(N(μ_θ, s²I) ‖ N(μ_ref, s²I)) = ‖μ_θ − μ_ref‖² / (2s²)` with `s` the true per-element transition std
+    (`std_dev_t · sqrt(h)` for sde, `std_dev_t` for cps). `reduction="mean"` divides by the number of latent
+    elements D (the same scale as the mean-reduced log-probs); `"sum"` is the full KL. For sde,
+    `β_exact = β_historical · h` gives the same penalty as `kl_penalty_historical` with mean reduction.
+
+    Args:
+        prev_sample_mean (`torch.Tensor` of shape `(B, ...)`):
+            Transition mean μ_θ (carries the gradient).
+        ref_prev_sample_mean (`torch.Tensor` of shape `(B, ...)`):
+            Transition mean μ_ref (detached inside).
+        transition_std (`torch.Tensor`, broadcastable to `(B, ...)`):
+            Per-element transition std s.
+        reduction (`str`, *optional*, defaults to `"mean"`):
+            `"mean"` or `"sum"` over latent elements; always a mean over the batch.
+
+    Returns:
+        `torch.Tensor`, scalar (float32, or float64 for float64 inputs).
+
+    Raises:
+        ValueError: unknown `reduction`.
+    """
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction: expected 'mean' or 'sum', got {reduction!r}")
+    diff = _upcast(prev_sample_mean) - _upcast(ref_prev_sample_mean.detach())
+    per_elem = (diff**2 / (2.0 * _broadcast(transition_std, diff) ** 2)).flatten(1)
+    per_sample = per_elem.mean(dim=1) if reduction == "mean" else per_elem.sum(dim=1)
+    return per_sample.mean()
+
+
+def kl_penalty(
+    kl_type: KLType,
+    prev_sample_mean: torch.Tensor,
+    ref_prev_sample_mean: torch.Tensor,
+    std_dev_t: torch.Tensor,
+    transition_std: torch.Tensor,
+) -> torch.Tensor:
+    """Dispatch on `diffusion_loss.kl_type`: `"historical"` (KL_code) or `"exact"` (mean-reduced exact KL)."""
+    if kl_type == "historical":
+        return kl_penalty_historical(prev_sample_mean, ref_prev_sample_mean, std_dev_t)
+    if kl_type == "exact":
+        return kl_penalty_exact(prev_sample_mean, ref_prev_sample_mean, transition_std)
+    raise ValueError(f"kl_type: expected 'historical' or 'exact', got {kl_type!r}")
+
+
+def rollout_consistency_metrics(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor) -> dict[str, torch.Tensor]:
+    """|ℓ_old − ℓ_rollout| mean and max: how far the trainer's recompute is from the sampler's log-probs."""
+    if old_log_prob.shape != rollout_log_prob.shape:
+        raise ValueError(
+            "old_log_prob, rollout_log_prob: expected equal shapes, got "
+            f"{tuple(old_log_prob.shape)}, {tuple(rollout_log_prob.shape)}"
+        )
+    diff = (old_log_prob.detach().double() - rollout_log_prob.detach().double()).abs()
+    return {"rollout_logprob_diff_mean": diff.mean().float(), "rollout_logprob_diff_max": diff.max().float()}
+
+
+def _upcast(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float64 else t.float()
+
+
+def _broadcast(std: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    std = torch.as_tensor(std, dtype=like.dtype, device=like.device)
+    if std.ndim == 1 and like.ndim > 1 and std.shape[0] == like.shape[0]:
+        std = std.view(-1, *([1] * (like.ndim - 1)))
+    return std
