@@ -252,7 +252,10 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
             timestep (`float` or `torch.Tensor`): kept for the parent signature; only its type is checked
                 (integer timesteps are refused). The step is chosen by `step_index` / the internal counter.
             sample (`torch.Tensor` of shape `(B, *latent_shape)`): the current latent `x`.
-            s_churn, s_tmin, s_tmax, s_noise: unused (parent signature).
+            s_churn (`float`): unused (parent signature).
+            s_tmin (`float`): unused (parent signature).
+            s_tmax (`float`): unused (parent signature).
+            s_noise (`float`): unused (parent signature).
             generator (`torch.Generator` or list of one per row, *optional*): noise source for `z`.
             per_token_timesteps: not supported (must be `None`).
             return_dict (`bool`, defaults to `True`): return the dataclass, else a tuple in field order.

@@ -1,0 +1,15 @@
+"""Diffusion model adapters (Qwen-Image, SD3) and their registry."""
+
+from verl_omni.models.base import DiffusionModelBase, adapter_for_folder, get_class, register, registered_names
+from verl_omni.models.qwen_image import QwenImageAdapter
+from verl_omni.models.sd3 import SD3Adapter
+
+__all__ = [
+    "DiffusionModelBase",
+    "QwenImageAdapter",
+    "SD3Adapter",
+    "adapter_for_folder",
+    "get_class",
+    "register",
+    "registered_names",
+]

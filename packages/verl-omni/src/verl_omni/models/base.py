@@ -1,0 +1,278 @@
+"""`DiffusionModelBase`: the model adapter contract, and the registry (`register`, `get_class`)."""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import json
+import pathlib
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDict
+
+from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler, FlowMatchSDESchedulerOutput
+
+__all__ = ["DiffusionModelBase", "adapter_for_folder", "get_class", "register", "registered_names"]
+
+_REGISTRY: dict[str, type[DiffusionModelBase]] = {}
+_IMPORTED_EXTERNAL: set[str] = set()
+
+
+def register(name: str) -> Callable[[type[DiffusionModelBase]], type[DiffusionModelBase]]:
+    """Class decorator: register an adapter under `name` (and its `pipeline_class_names`).
+
+    Raises:
+        ValueError: `name` is already registered to another class.
+    """
+
+    def deco(cls: type[DiffusionModelBase]) -> type[DiffusionModelBase]:
+        for key in (name, *cls.pipeline_class_names):
+            other = _REGISTRY.get(key)
+            if other is not None and other is not cls:
+                raise ValueError(f"name: {key!r} is already registered to {other.__qualname__}")
+            _REGISTRY[key] = cls
+        cls.name = name
+        return cls
+
+    return deco
+
+
+def registered_names() -> list[str]:
+    """Return every registered adapter name and pipeline class alias, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_class(name: str, external_lib: str | None = None) -> type[DiffusionModelBase]:
+    """Return the adapter class registered as `name` (an adapter name or a pipeline `_class_name`).
+
+    Args:
+        name (`str`): e.g. `"qwen_image"`, `"sd3"`, `"QwenImagePipeline"`.
+        external_lib (`str`, *optional*): a module that registers more adapters; imported once, when `name`
+            is not yet registered.
+
+    Raises:
+        KeyError: `name` is unknown after importing `external_lib` (the message lists the registered names).
+        ImportError: `external_lib` cannot be imported.
+    """
+    if name not in _REGISTRY and external_lib and external_lib not in _IMPORTED_EXTERNAL:
+        importlib.import_module(external_lib)
+        _IMPORTED_EXTERNAL.add(external_lib)
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        hint = f" (after importing external_lib {external_lib!r})" if external_lib else ""
+        raise KeyError(
+            f"model name: {name!r} is not a registered diffusion model{hint}; "
+            f"registered: {', '.join(registered_names())}"
+        ) from None
+
+
+def adapter_for_folder(path: str | pathlib.Path, external_lib: str | None = None) -> DiffusionModelBase:
+    """Build the adapter for a diffusers pipeline folder from its `model_index.json` `_class_name`."""
+    index = json.loads((pathlib.Path(path) / "model_index.json").read_text())
+    return get_class(index["_class_name"], external_lib).from_pretrained(path)
+
+
+def _read_json(path: pathlib.Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+class DiffusionModelBase(abc.ABC):
+    """Model-specific half of sampling and training; the same methods run in rollout and in training.
+
+    An adapter holds only static facts read from the pipeline's component configs (VAE scale factor, latent
+    channels, scheduler shift settings); the networks are passed to each call, so a training engine can hand in
+    an FSDP2- or peft-wrapped transformer.
+    """
+
+    name: ClassVar[str] = ""
+    pipeline_class_names: ClassVar[tuple[str, ...]] = ()
+    cond_keys: ClassVar[tuple[str, ...]] = ()
+    negative_cond_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, transformer_config: dict, vae_config: dict, scheduler_config: dict) -> None:
+        self.transformer_config = dict(transformer_config)
+        self.vae_config = dict(vae_config)
+        self.scheduler_config = dict(scheduler_config)
+
+    # ---- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | pathlib.Path) -> DiffusionModelBase:
+        """Read the component configs of a pipeline folder (no weights are loaded)."""
+        root = pathlib.Path(path)
+        return cls(
+            _read_json(root / "transformer" / "config.json"),
+            _read_json(root / "vae" / "config.json"),
+            _read_json(root / "scheduler" / "scheduler_config.json"),
+        )
+
+    @classmethod
+    def from_pipeline(cls, pipe: Any) -> DiffusionModelBase:
+        """Take the component configs of a loaded pipeline."""
+        return cls(dict(pipe.transformer.config), dict(pipe.vae.config), dict(pipe.scheduler.config))
+
+    def build_scheduler(self) -> FlowMatchSDEDiscreteScheduler:
+        """A `FlowMatchSDEDiscreteScheduler` with this pipeline's schedule settings."""
+        return FlowMatchSDEDiscreteScheduler.from_config(self.scheduler_config)
+
+    # ---- the model-specific contract -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def latent_shape(self, height: int, width: int) -> tuple[int, ...]:
+        """Per-sample latent shape (without the batch dim) for an image of `height` x `width` pixels."""
+
+    @abc.abstractmethod
+    def set_timesteps(
+        self, scheduler: Any, num_inference_steps: int, height: int, width: int, device: Any = None
+    ) -> None:
+        """Set the scheduler's schedule exactly as the stock pipeline does for this resolution."""
+
+    @abc.abstractmethod
+    def encode_prompts(
+        self,
+        pipe: Any,
+        prompts: list[str],
+        *,
+        negative_prompt: str | None,
+        do_cfg: bool,
+        max_sequence_length: int,
+        device: Any,
+    ) -> TensorDict:
+        """Encode prompts (and the negative prompt when `do_cfg`) into a TensorDict of batch `len(prompts)`."""
+
+    @abc.abstractmethod
+    def velocity(
+        self,
+        transformer: Any,
+        latents: torch.Tensor,
+        timesteps: torch.Tensor,
+        cond: TensorDict,
+        *,
+        guidance_scale: float,
+        height: int,
+        width: int,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """Guided velocity `v` (float32, shape of `latents`) of `transformer` at `latents`, `timesteps` (B,)."""
+
+    @abc.abstractmethod
+    def decode(self, pipe: Any, latents: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Decode final latents to uint8 images `(B, 3, height, width)`."""
+
+    # ---- shared helpers -------------------------------------------------------------------------------------
+
+    def prepare_latents(
+        self,
+        batch_size: int,
+        height: int,
+        width: int,
+        generator: torch.Generator | list[torch.Generator] | None,
+        device: Any,
+    ) -> torch.Tensor:
+        """Initial noise, float32, shape `(batch_size, *latent_shape)`; one generator per row when a list."""
+        from diffusers.utils.torch_utils import randn_tensor
+
+        if isinstance(generator, list) and len(generator) != batch_size:
+            raise ValueError(f"generator: {len(generator)} generators for a batch of {batch_size} rows")
+        noise = randn_tensor(self._noise_shape(batch_size, height, width), generator=generator, device=device,
+                             dtype=torch.float32)  # fmt: skip
+        return self._noise_to_latents(noise, height, width)
+
+    def _noise_shape(self, batch_size: int, height: int, width: int) -> tuple[int, ...]:
+        return (batch_size, *self.latent_shape(height, width))
+
+    def _noise_to_latents(self, noise: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        return noise
+
+    def check_latents(self, latents: torch.Tensor, height: int, width: int, key: str = "latents") -> None:
+        """Raise `ValueError` naming `key` unless `latents` is `(B, *latent_shape(height, width))`."""
+        want = self.latent_shape(height, width)
+        if latents.dim() != len(want) + 1 or tuple(latents.shape[1:]) != want:
+            raise ValueError(
+                f"{key}: expected shape (B, {', '.join(map(str, want))}) for a {height}x{width} image with "
+                f"{self.name}, got {tuple(latents.shape)}"
+            )
+
+    def conditioning(self, batch: TensorDict) -> TensorDict:
+        """Select the conditioning keys (negative ones only when present) from a trajectory batch."""
+        present = set(batch.keys())
+        keys = [k for k in (*self.cond_keys, *self.negative_cond_keys) if k in present]
+        return batch.select(*keys)
+
+    @staticmethod
+    def module_dtype(module: Any) -> torch.dtype:
+        """The dtype of the first floating-point parameter of `module` (float32 when it has none)."""
+        for p in module.parameters():
+            if p.is_floating_point():
+                return p.dtype
+        return torch.float32
+
+    def score_step(
+        self,
+        transformer: Any,
+        scheduler: FlowMatchSDEDiscreteScheduler,
+        trajectory: TensorDict,
+        j: int,
+        *,
+        sde_type: str = "sde",
+        cps_logprob: str = "exact",
+        noise_level: float | None = None,
+        guidance_scale: float | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> FlowMatchSDESchedulerOutput:
+        """Recompute the log-prob of window step `j` of `trajectory` under `transformer` (the training path).
+
+        Runs `velocity` (gradients flow through it) and `scheduler.step(..., prev_sample=latents[:, j + 1],
+        step_index=step_indices[:, j])`, i.e. exactly the computation of the sampling loop.
+
+        Args:
+            transformer: the denoiser (plain, FSDP2 or peft wrapped), called like the diffusers transformer.
+            scheduler (`FlowMatchSDEDiscreteScheduler`): its schedule is (re)set from the trajectory.
+            trajectory (`TensorDict`): the layout written by the log-prob pipelines (docs/omni/sampling.md).
+            j (`int`): position in the stored window, `0 <= j < K`.
+            sde_type (`str`, defaults to `"sde"`): as used at sampling time.
+            cps_logprob (`str`, defaults to `"exact"`): as used at sampling time.
+            noise_level (`float`, *optional*): defaults to the trajectory's `noise_level`.
+            guidance_scale (`float`, *optional*): defaults to the trajectory's `guidance_scale`.
+            dtype (*optional*): dtype the transformer inputs are cast to (defaults to its parameters' dtype).
+
+        Returns:
+            [`FlowMatchSDESchedulerOutput`] with `log_prob` `(B,)` float32.
+
+        Raises:
+            ValueError: `j` outside the window, mixed resolutions / step counts in the batch, or a schedule that
+                does not match the stored sigmas.
+        """
+        k = trajectory["log_probs"].shape[1]
+        if not 0 <= j < k:
+            raise ValueError(f"j: expected a window position in [0, {k - 1}], got {j}")
+        height, width, steps = (_uniform(trajectory, key) for key in ("height", "width", "num_inference_steps"))
+        a = float(trajectory["noise_level"][0]) if noise_level is None else float(noise_level)
+        w = float(trajectory["guidance_scale"][0]) if guidance_scale is None else float(guidance_scale)
+        latents = trajectory["latents"]
+        x, x_next = latents[:, j], latents[:, j + 1]
+        idx = trajectory["step_indices"][:, j]
+        timesteps = trajectory["timesteps"][:, j]
+        self.set_timesteps(scheduler, int(steps), int(height), int(width), device=x.device)
+        sig = scheduler.sigmas.to(x.device)[idx.to(x.device)]
+        if not torch.allclose(sig, trajectory["sigmas"][:, j].to(sig), atol=1e-6, rtol=0):
+            raise ValueError("trajectory: stored sigmas differ from the rebuilt schedule (sampled with another config)")
+        v = self.velocity(
+            transformer, x, timesteps, self.conditioning(trajectory), guidance_scale=w, height=int(height),
+            width=int(width), dtype=dtype,
+        )  # fmt: skip
+        return scheduler.step(
+            v, timesteps, x, noise_level=a, sde_type=sde_type, prev_sample=x_next, step_index=idx,
+            cps_logprob=cps_logprob,
+        )  # fmt: skip
+
+
+def _uniform(trajectory: TensorDict, key: str) -> int:
+    values = trajectory[key]
+    first = int(values[0])
+    if bool((values != first).any()):
+        raise ValueError(f"trajectory[{key!r}]: rows differ ({values.tolist()}); score one {key} per batch")
+    return first

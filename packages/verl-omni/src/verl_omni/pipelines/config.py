@@ -1,0 +1,86 @@
+"""`DiffusionSamplingConfig`: the sampling parameters of one generate call (rollout and log-prob pipelines)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from verl_core.config import BaseConfig
+
+__all__ = ["DiffusionSamplingConfig"]
+
+
+@dataclasses.dataclass
+class DiffusionSamplingConfig(BaseConfig):
+    """Sampling parameters; defaults follow flowgrpo_math.md §5 (Qwen-Image recipe shape).
+
+    Args:
+        n (`int`, defaults to 1): images per prompt (group size).
+        num_inference_steps (`int`, defaults to 10): N.
+        height, width (`int`, defaults to 512): image size in pixels.
+        noise_level (`float`, defaults to 0.7): `a` inside the SDE window (0 = ODE everywhere).
+        sde_type (`str`, defaults to `"sde"`): `"sde"` or `"cps"`.
+        cps_logprob (`str`, defaults to `"exact"`): `"exact"` or `"legacy"` (tempered, factor 2s²).
+        sde_window_size (`int`, defaults to 0): K stochastic steps; 0 = all steps but the last.
+        sde_window_range (`list[int]`, *optional*): `[r0, r1]`, window start drawn from `{r0 .. r1-K}`;
+            defaults to `[0, N-1]`.
+        guidance_scale (`float`, defaults to 1.0): CFG weight (SD3 CFG / Qwen-Image true CFG); `<= 1` disables.
+        negative_prompt (`str`, defaults to `" "`): negative prompt used when guidance is on.
+        max_sequence_length (`int`, defaults to 256): text tokens the prompt embeddings are padded to.
+        seed (`int`, *optional*): row `r` of a call uses `torch.Generator().manual_seed(seed + r)`; when None
+            the caller passes generators.
+
+    Raises:
+        ConfigValueError: a value out of range (the message names the key, the value and what is allowed).
+    """
+
+    n: int = 1
+    num_inference_steps: int = 10
+    height: int = 512
+    width: int = 512
+    noise_level: float = 0.7
+    sde_type: str = "sde"
+    cps_logprob: str = "exact"
+    sde_window_size: int = 0
+    sde_window_range: list[int] | None = None
+    guidance_scale: float = 1.0
+    negative_prompt: str = " "
+    max_sequence_length: int = 256
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require("n", self.n >= 1, "an int >= 1")
+        self._require("num_inference_steps", self.num_inference_steps >= 1, "an int >= 1")
+        self._require("height", self.height >= 16, "an int >= 16")
+        self._require("width", self.width >= 16, "an int >= 16")
+        self._require("noise_level", math.isfinite(self.noise_level) and self.noise_level >= 0, "a float >= 0")
+        self._require("sde_type", self.sde_type in ("sde", "cps"), "'sde' or 'cps'")
+        self._require("cps_logprob", self.cps_logprob in ("exact", "legacy"), "'exact' or 'legacy'")
+        if self.sde_type == "cps":
+            self._require("noise_level", self.noise_level <= 1, "a float in [0, 1] for sde_type 'cps'")
+        n = self.num_inference_steps
+        self._require("sde_window_size", 0 <= self.sde_window_size <= n, f"an int in [0, num_inference_steps={n}]")
+        if self.sde_window_range is None:
+            self._require(
+                "sde_window_size", self.sde_window_size <= n - 1, f"an int <= num_inference_steps - 1 = {n - 1}"
+            )
+        else:
+            rng = self.sde_window_range
+            ok = len(rng) == 2 and 0 <= rng[0] <= rng[1] <= n
+            self._require("sde_window_range", ok, f"[r0, r1] with 0 <= r0 <= r1 <= num_inference_steps={n}")
+            self._require(
+                "sde_window_size",
+                self.sde_window_size > 0 and self.sde_window_size <= rng[1] - rng[0],
+                f"an int in [1, r1 - r0 = {rng[1] - rng[0]}] when sde_window_range is set",
+            )
+            if self.sde_type == "cps" and self.noise_level > 0:
+                # the last cps step is deterministic (s = 0): its log-prob is undefined
+                self._require("sde_window_range", rng[1] <= n - 1, f"r1 <= num_inference_steps - 1 = {n - 1} for cps")
+        self._require("guidance_scale", self.guidance_scale >= 0, "a float >= 0")
+        self._require("max_sequence_length", 1 <= self.max_sequence_length <= 1024, "an int in [1, 1024]")
+
+    @property
+    def do_cfg(self) -> bool:
+        """Whether classifier-free guidance is on (`guidance_scale > 1`)."""
+        return self.guidance_scale > 1

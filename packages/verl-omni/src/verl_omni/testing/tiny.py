@@ -1,0 +1,316 @@
+"""Build complete random-weight diffusers pipeline folders (Qwen-Image, SD3) offline, from small configs.
+
+Every component (transformer, VAE, text encoder(s), tokenizer(s) trained in memory with `tokenizers`,
+scheduler) is created from a config with weights drawn from a fixed seed, saved with `save_pretrained`, and a
+`model_index.json` is written by the pipeline's own `save_pretrained`. The folder loads with the ordinary
+`DiffusionPipeline.from_pretrained(folder)`. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import tempfile
+from typing import Any
+
+import torch
+
+__all__ = ["PRESETS", "TinyPreset", "build_tiny_pipeline"]
+
+_SENTENCES = [
+    "a photo of a cat sitting on a red chair",
+    "a watercolor painting of a mountain lake at sunrise",
+    "an astronaut riding a horse on the moon",
+    "a bowl of fruit with apples, oranges and bananas",
+    "the word HELLO written in neon letters on a brick wall",
+    "two dogs playing in the snow, high resolution, detailed",
+    "Describe the image by detailing the color, shape, size, texture, quantity, text, spatial relationships",
+    "of the objects and background: system user assistant",
+]
+_QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyPreset:
+    """Transformer size of a random pipeline (text encoders and VAE stay tiny in every preset)."""
+
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    rope_axes: tuple[int, int, int]  # Qwen-Image only; sums to head_dim
+
+
+PRESETS: dict[str, TinyPreset] = {
+    "tiny": TinyPreset(num_layers=2, num_heads=2, head_dim=32, rope_axes=(8, 12, 12)),
+    "small": TinyPreset(num_layers=4, num_heads=4, head_dim=64, rope_axes=(16, 24, 24)),
+    "mid": TinyPreset(num_layers=16, num_heads=12, head_dim=128, rope_axes=(16, 56, 56)),
+}
+
+
+def build_tiny_pipeline(
+    model: str,
+    out_dir: str | pathlib.Path,
+    *,
+    preset: str = "tiny",
+    seed: int = 0,
+    torch_dtype: torch.dtype = torch.float32,
+) -> pathlib.Path:
+    """Write a random-weight pipeline folder for `model` ("qwen_image" or "sd3") and return its path.
+
+    Args:
+        model (`str`): `"qwen_image"` (`QwenImagePipeline`) or `"sd3"` (`StableDiffusion3Pipeline`).
+        out_dir (`str` or `pathlib.Path`): the folder to create (parents included).
+        preset (`str`, defaults to `"tiny"`): transformer size, one of `PRESETS`.
+        seed (`int`, defaults to 0): every component's weights are drawn after `torch.manual_seed(seed + k)`.
+        torch_dtype (`torch.dtype`, defaults to float32): dtype the weights are saved in.
+
+    Returns:
+        The folder path; `DiffusionPipeline.from_pretrained(path)` loads it.
+
+    Raises:
+        ValueError: unknown `model` or `preset`.
+    """
+    if model not in _BUILDERS:
+        raise ValueError(f"model: expected one of {sorted(_BUILDERS)}, got {model!r}")
+    if preset not in PRESETS:
+        raise ValueError(f"preset: expected one of {sorted(PRESETS)}, got {preset!r}")
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.random.fork_rng(devices=[]):
+        pipe = _BUILDERS[model](PRESETS[preset], seed)
+        pipe.to(dtype=torch_dtype)
+        pipe.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+# ---- tokenizers ------------------------------------------------------------------------------------
+
+
+def _byte_level_bpe(vocab_size: int, specials: list[str]) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_SENTENCES, trainer=trainer)
+    return tok
+
+
+def _qwen_tokenizer(tmp: pathlib.Path) -> Any:
+    from transformers import Qwen2Tokenizer
+
+    bpe = _byte_level_bpe(400, [])
+    bpe.model.save(str(tmp))
+    vocab = json.loads((tmp / "vocab.json").read_text())
+    merges = [tuple(line.split(" ")) for line in (tmp / "merges.txt").read_text().splitlines()[1:] if line]
+    tok = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        bos_token=None,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
+    tok.add_special_tokens({"additional_special_tokens": _QWEN_SPECIALS[1:]})
+    tok.add_tokens([_QWEN_SPECIALS[0]], special_tokens=True)
+    return tok
+
+
+def _clip_tokenizer() -> Any:
+    from transformers import CLIPTokenizer
+
+    chars = sorted({c for s in _SENTENCES for c in s.lower() if not c.isspace()} | set("0123456789"))
+    vocab: dict[str, int] = {}
+    for c in chars:
+        vocab.setdefault(c, len(vocab))
+        vocab.setdefault(c + "</w>", len(vocab))
+    for special in ("<|startoftext|>", "<|endoftext|>"):
+        vocab[special] = len(vocab)
+    return CLIPTokenizer(
+        vocab=vocab,
+        merges=[],
+        model_max_length=77,
+        pad_token="<|endoftext|>",
+    )
+
+
+def _t5_tokenizer() -> Any:
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = _byte_level_bpe(300, ["<pad>", "</s>", "<unk>"])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", model_max_length=512
+    )
+
+
+# ---- Qwen-Image -------------------------------------------------------------------------------------
+
+
+def _build_qwen_image(preset: TinyPreset, seed: int) -> Any:
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImagePipeline,
+        QwenImageTransformer2DModel,
+    )
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    text_hidden = 64
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = _qwen_tokenizer(pathlib.Path(tmp))
+    torch.manual_seed(seed)
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": text_hidden,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 2048,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        },
+        vision_config={
+            "depth": 1,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": text_hidden,
+            "fullatt_block_indexes": [0],
+        },
+    )
+    text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
+    torch.manual_seed(seed + 1)
+    transformer = QwenImageTransformer2DModel(
+        patch_size=2,
+        in_channels=64,
+        out_channels=16,
+        num_layers=preset.num_layers,
+        attention_head_dim=preset.head_dim,
+        num_attention_heads=preset.num_heads,
+        joint_attention_dim=text_hidden,
+        axes_dims_rope=preset.rope_axes,
+    )
+    torch.manual_seed(seed + 2)
+    vae = AutoencoderKLQwenImage(
+        base_dim=16, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=1, temperal_downsample=[False, True, True]
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        base_image_seq_len=256,
+        base_shift=0.5,
+        max_image_seq_len=8192,
+        max_shift=0.9,
+        shift_terminal=0.02,
+        use_dynamic_shifting=True,
+        time_shift_type="exponential",
+    )
+    return QwenImagePipeline(
+        scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer
+    )
+
+
+# ---- SD3 ----------------------------------------------------------------------------------------------
+
+
+def _build_sd3(preset: TinyPreset, seed: int) -> Any:
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
+
+    joint_dim = 64
+    tokenizer, tokenizer_2 = _clip_tokenizer(), _clip_tokenizer()
+    tokenizer_3 = _t5_tokenizer()
+    encoders = []
+    for k, hidden in enumerate((32, 64)):
+        torch.manual_seed(seed + 10 + k)
+        cfg = CLIPTextConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            projection_dim=hidden,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        encoders.append(CLIPTextModelWithProjection(cfg).eval())
+    torch.manual_seed(seed + 12)
+    t5 = T5EncoderModel(
+        T5Config(
+            vocab_size=len(tokenizer_3),
+            d_model=joint_dim,
+            d_ff=128,
+            d_kv=16,
+            num_layers=2,
+            num_heads=4,
+            feed_forward_proj="gated-gelu",
+            pad_token_id=tokenizer_3.pad_token_id,
+            eos_token_id=tokenizer_3.eos_token_id,
+        )
+    ).eval()
+    torch.manual_seed(seed + 1)
+    inner = preset.num_heads * preset.head_dim
+    transformer = SD3Transformer2DModel(
+        sample_size=64,
+        patch_size=2,
+        in_channels=16,
+        out_channels=16,
+        num_layers=preset.num_layers,
+        attention_head_dim=preset.head_dim,
+        num_attention_heads=preset.num_heads,
+        joint_attention_dim=joint_dim,
+        caption_projection_dim=inner,
+        pooled_projection_dim=32 + 64,
+        pos_embed_max_size=96,
+    )
+    torch.manual_seed(seed + 2)
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4,
+        up_block_types=["UpDecoderBlock2D"] * 4,
+        block_out_channels=[16, 16, 32, 32],
+        layers_per_block=1,
+        latent_channels=16,
+        norm_num_groups=8,
+        scaling_factor=1.5305,
+        shift_factor=0.0609,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
+    return StableDiffusion3Pipeline(
+        transformer=transformer,
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=encoders[0],
+        tokenizer=tokenizer,
+        text_encoder_2=encoders[1],
+        tokenizer_2=tokenizer_2,
+        text_encoder_3=t5,
+        tokenizer_3=tokenizer_3,
+    )
+
+
+_BUILDERS = {"qwen_image": _build_qwen_image, "sd3": _build_sd3}
