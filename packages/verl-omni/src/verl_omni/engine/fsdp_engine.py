@@ -1,0 +1,420 @@
+"""`DiffusersFSDPEngine`: FSDP2 training engine of a diffusers denoiser for FlowGRPO (log-probs, policy update).
+
+The engine never re-implements the policy: every log-prob it computes goes through the model adapter's
+`score_step`, i.e. the same guided-velocity function and the same `FlowMatchSDEDiscreteScheduler.step` (with
+`prev_sample` given) that the sampler ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict
+from torch import nn
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, torch_dtype_name
+from verl_omni.engine.checkpoint import load_engine_checkpoint, save_engine_checkpoint
+from verl_omni.engine.distributed import all_reduce_metrics, default_device, ensure_process_group, make_mesh
+from verl_omni.engine.lora import adapters_disabled, apply_lora, export_weights
+from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
+from verl_omni.trainer.algos import flow_grpo_policy_loss, kl_penalty, rollout_consistency_metrics
+
+__all__ = ["DiffusersFSDPEngine"]
+
+# trajectory keys moved to the engine device; the per-batch scalars (height, width, steps, ...) stay on the host
+_HOST_KEYS = ("height", "width", "num_inference_steps", "noise_level", "guidance_scale", "prompt_index")
+
+
+class DiffusersFSDPEngine:
+    """FSDP2 engine for a diffusers denoiser: log-prob recompute, reference means, FlowGRPO update, export, checkpoints.
+
+    Features and their flags:
+
+    * FSDP2: `fully_shard` on every child of the module lists named by `model.fsdp_layer_prefixes`
+      (the transformer blocks), then on the root; 1-D mesh over all ranks; `fsdp_config.reshard_after_forward`.
+    * Mixed precision: master weights in `fsdp_config.model_dtype` (fp32), compute in `fsdp_config.dtype`
+      (bf16), gradient reduction in `fsdp_config.reduce_dtype` (fp32).
+    * Offload: `fsdp_config.param_offload` / `offload_policy` → FSDP2 `CPUOffloadPolicy` (params, grads and
+      the AdamW step on the CPU); `fsdp_config.optimizer_offload` → AdamW state parked on the CPU between updates.
+    * LoRA: `model.lora_rank > 0` (peft; rank, alpha, init, target/exclude modules); 0 = full fine-tuning.
+    * Gradient checkpointing: `model.enable_gradient_checkpointing`.
+    * Backend: gloo on the CPU, NCCL on CUDA; launched by `torchrun` or by Ray workers with the same env vars.
+
+    Raises:
+        LoRABindingError: the LoRA config binds no module.
+        ValueError: CPU offload requested on a CPU device, or `fsdp_config.fsdp_size` not in {-1, world size}.
+    """
+
+    def __init__(
+        self,
+        transformer: nn.Module,
+        *,
+        adapter: Any,
+        scheduler: Any,
+        actor_config: DiffusionActorConfig,
+        model_config: DiffusionModelConfig,
+        sde_type: str = "sde",
+        cps_logprob: str = "exact",
+        device: str | torch.device | None = None,
+        compile_blocks: bool = False,
+    ) -> None:
+        fsdp = actor_config.fsdp_config
+        self.config = actor_config
+        self.model_config = model_config
+        self.adapter = adapter
+        self.scheduler = scheduler
+        self.sde_type = sde_type
+        self.cps_logprob = cps_logprob
+        self.forward_only = fsdp.forward_only
+        self.global_step = 0
+
+        # 1. process group, mesh, seed
+        self.device = default_device(device)
+        if fsdp.cpu_offload and self.device.type != "cuda":
+            raise ValueError(
+                "actor.fsdp_config.param_offload / offload_policy: CPU offload needs a CUDA device, the engine runs "
+                f"on {self.device}; set both to false"
+            )
+        ensure_process_group(self.device)
+        self.mesh = make_mesh(self.device, fsdp.fsdp_size)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        torch.manual_seed(fsdp.seed)  # same LoRA init on every rank
+        if fsdp.full_determinism:
+            torch.use_deterministic_algorithms(True)
+        self.param_dtype = getattr(torch, torch_dtype_name(fsdp.dtype))
+
+        # 2. master dtype, attention backend, LoRA / full fine-tuning, gradient checkpointing
+        master_dtype = getattr(torch, torch_dtype_name(fsdp.model_dtype))
+        if any(p.dtype != master_dtype for p in transformer.parameters() if p.is_floating_point()):
+            transformer.to(dtype=master_dtype)
+        if model_config.attn_backend is not None:
+            transformer.set_attention_backend(model_config.attn_backend)
+        self.use_lora = model_config.use_lora
+        self.num_lora_modules = apply_lora(transformer, model_config) if self.use_lora else 0
+        if not self.use_lora:
+            transformer.requires_grad_(not self.forward_only)
+        if self.forward_only:
+            transformer.requires_grad_(False)
+        if model_config.enable_gradient_checkpointing and not self.forward_only:
+            transformer.enable_gradient_checkpointing()
+
+        # 3. FSDP2: each transformer block, then the root
+        mp = MixedPrecisionPolicy(
+            param_dtype=self.param_dtype, reduce_dtype=getattr(torch, torch_dtype_name(fsdp.reduce_dtype))
+        )
+        offload = CPUOffloadPolicy(pin_memory=True) if fsdp.cpu_offload else OffloadPolicy()
+        kwargs = {"mesh": self.mesh, "mp_policy": mp, "offload_policy": offload}
+        blocks = self._blocks(transformer, model_config.fsdp_layer_prefixes)
+        for block in blocks:
+            if compile_blocks:
+                block.compile()
+            fully_shard(block, reshard_after_forward=fsdp.reshard_after_forward, **kwargs)
+        fully_shard(transformer, reshard_after_forward=fsdp.reshard_after_forward, **kwargs)
+        self.module = transformer
+        self.num_sharded_blocks = len(blocks)
+
+        # 4. optimizer and LR schedule
+        self.optimizer = None
+        self.lr_scheduler = None
+        if not self.forward_only:
+            self.optimizer = build_optimizer(
+                [p for p in transformer.parameters() if p.requires_grad], actor_config.optim
+            )
+            self.lr_scheduler = build_lr_scheduler(self.optimizer, actor_config.optim)
+
+    # ---- construction helpers -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_config: DiffusionModelConfig,
+        actor_config: DiffusionActorConfig,
+        **kwargs: Any,
+    ) -> DiffusersFSDPEngine:
+        """Load the denoiser of the pipeline folder `model_config.path`, its adapter and SDE scheduler; build."""
+        from diffusers import AutoModel
+
+        from verl_omni.models import adapter_for_folder
+
+        adapter = adapter_for_folder(model_config.path)
+        transformer = AutoModel.from_pretrained(
+            str(model_config.path), subfolder=model_config.transformer_subfolder, torch_dtype=torch.float32
+        )
+        return cls(
+            transformer,
+            adapter=adapter,
+            scheduler=adapter.build_scheduler(),
+            actor_config=actor_config,
+            model_config=model_config,
+            **kwargs,
+        )
+
+    @staticmethod
+    def _blocks(module: nn.Module, prefixes: list[str]) -> list[nn.Module]:
+        """Children of the module lists named by `prefixes` (e.g. `transformer_blocks.0`, `.1`, ...)."""
+        found: list[nn.Module] = []
+        for prefix in prefixes:
+            container = module.get_submodule(prefix.rstrip("."))
+            found.extend(container.children())
+        if not found:
+            raise ValueError(
+                f"actor_rollout_ref.model.fsdp_layer_prefixes={prefixes!r}: no block found in {type(module).__name__}"
+            )
+        return found
+
+    # ---- forward paths ------------------------------------------------------------------------------------
+
+    def _to_device(self, batch: TensorDict) -> TensorDict:
+        host = [k for k in _HOST_KEYS if k in batch]
+        moved = batch.exclude(*host).to(self.device, non_blocking=True)
+        return moved.update(batch.select(*host)) if host else moved
+
+    def _score(self, micro: TensorDict, j: int) -> Any:
+        return self.adapter.score_step(
+            self.module,
+            self.scheduler,
+            micro,
+            j,
+            sde_type=self.sde_type,
+            cps_logprob=self.cps_logprob,
+            dtype=self.param_dtype,
+        )
+
+    @staticmethod
+    def _micro_batches(batch: TensorDict, size: int | None) -> Iterator[TensorDict]:
+        n = batch.batch_size[0]
+        size = n if size is None else size
+        for start in range(0, n, size):
+            yield batch[start : start + size]
+
+    @contextlib.contextmanager
+    def _reference_mode(self) -> Iterator[None]:
+        if self.use_lora:
+            with adapters_disabled(self.module):
+                yield
+        elif self.forward_only:
+            yield
+        else:
+            raise ValueError(
+                "compute_ref_log_prob: this engine fully fine-tunes the model (model.lora_rank=0), so its weights are "
+                "not the reference; build a second engine with actor.fsdp_config.forward_only=true for the reference"
+            )
+
+    @torch.no_grad()
+    def _forward_all(self, batch: TensorDict, *, keep_mean: bool) -> TensorDict:
+        self.module.eval()
+        micro_size = self.config.log_prob_micro_batch_size_per_gpu or self.config.ppo_micro_batch_size_per_gpu
+        k = batch["log_probs"].shape[1]
+        log_probs, means = [], []
+        for micro in self._micro_batches(batch, micro_size):
+            micro = self._to_device(micro)
+            lp, mu = [], []
+            for j in range(k):
+                out = self._score(micro, j)
+                lp.append(out.log_prob)
+                if keep_mean:
+                    mu.append(out.prev_sample_mean)
+            log_probs.append(torch.stack(lp, dim=1))
+            if keep_mean:
+                means.append(torch.stack(mu, dim=1))
+        result = {"log_probs": torch.cat(log_probs)}
+        if keep_mean:
+            result["prev_sample_mean"] = torch.cat(means)
+        return TensorDict(result, batch_size=batch.batch_size)
+
+    def compute_log_prob(self, batch: TensorDict) -> TensorDict:
+        """Recompute the log-probs of every stored window step under the current weights (no grad).
+
+        Args:
+            batch (`TensorDict`, batch `[B]`): a trajectory batch (layout of the log-prob pipelines).
+
+        Returns:
+            `TensorDict` with `old_log_probs` `(B, K)` float32 on the engine device.
+        """
+        out = self._forward_all(batch, keep_mean=False)
+        return TensorDict({"old_log_probs": out["log_probs"]}, batch_size=batch.batch_size)
+
+    def compute_ref_log_prob(self, batch: TensorDict) -> TensorDict:
+        """Reference policy (LoRA adapters disabled, or a `forward_only` engine): log-probs and transition means.
+
+        Returns:
+            `TensorDict` with `ref_log_probs` `(B, K)` and `ref_prev_sample_mean` `(B, K, *latent)` float32.
+
+        Raises:
+            ValueError: a trainable full fine-tuning engine has no separate reference weights.
+        """
+        with self._reference_mode():
+            out = self._forward_all(batch, keep_mean=True)
+        return TensorDict(
+            {"ref_log_probs": out["log_probs"], "ref_prev_sample_mean": out["prev_sample_mean"]},
+            batch_size=batch.batch_size,
+        )
+
+    # ---- policy update ------------------------------------------------------------------------------------
+
+    def _mini_batches(self, batch: TensorDict, epoch: int) -> list[TensorDict]:
+        n = batch.batch_size[0]
+        global_mini = self.config.ppo_mini_batch_size * self.config.rollout_n
+        if global_mini % self.world_size:
+            raise ValueError(
+                f"actor.ppo_mini_batch_size * rollout_n = {global_mini} is not divisible by the world size "
+                f"{self.world_size}"
+            )
+        mini = min(global_mini // self.world_size, n)
+        if n % mini:
+            raise ValueError(
+                f"update_policy: the local batch of {n} samples is not a multiple of the local mini-batch of {mini} "
+                f"(actor.ppo_mini_batch_size * rollout_n / world size)"
+            )
+        if self.config.shuffle:
+            gen = torch.Generator().manual_seed(self.config.data_loader_seed + epoch + self.global_step)
+            batch = batch[torch.randperm(n, generator=gen)]
+        return [batch[s : s + mini] for s in range(0, n, mini)]
+
+    def update_policy(self, batch: TensorDict) -> dict[str, float]:
+        """FlowGRPO update on a local batch: one optimizer step per mini-batch, `ppo_epochs` passes.
+
+        For each micro-batch and each trained window step one forward/backward runs; the loss is scaled by
+        `micro_size / mini_size / K` so the optimizer sees the mean over samples and steps; then the grad norm
+        is clipped (`optim.clip_grad`) and AdamW steps (skipped when the norm is not finite).
+
+        Args:
+            batch (`TensorDict`, batch `[B]`): the trajectory plus `old_log_probs` `(B, K)`, `advantages` `(B,)`
+                or `(B, K)`, and `ref_prev_sample_mean` `(B, K, *latent)` when `actor.use_kl_loss`.
+
+        Returns:
+            Metrics averaged over ranks (min/max over ranks for `*_min`/`*_max`): `actor/pg_loss`,
+            `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/approx_kl`, `actor/ratio_mean|min|max`, `actor/grad_norm`,
+            `actor/lr`, `actor/kl_loss` (with KL), `actor/rollout_logprob_diff_mean|max` (when `log_probs` given).
+
+        Raises:
+            ValueError: the engine is `forward_only`, a required key is missing, or the batch does not split.
+        """
+        if self.forward_only:
+            raise ValueError("update_policy: this engine was built with actor.fsdp_config.forward_only=true")
+        need = ["old_log_probs", "advantages"] + (["ref_prev_sample_mean"] if self.config.use_kl_loss else [])
+        missing = [k for k in need if k not in batch]
+        if missing:
+            raise ValueError(f"update_policy: batch lacks {missing}; it has {sorted(batch.keys())}")
+        loss_cfg = self.config.diffusion_loss
+        k = batch["old_log_probs"].shape[1]
+        acc: dict[str, torch.Tensor] = {}
+        ratio_min = torch.full((), float("inf"), device=self.device)
+        ratio_max = torch.full((), float("-inf"), device=self.device)
+        n_terms = 0
+        grad_norms = []
+        self.module.train()
+        for epoch in range(self.config.ppo_epochs):
+            for mini in self._mini_batches(batch, epoch):
+                mini_size = mini.batch_size[0]
+                self.optimizer.zero_grad(set_to_none=True)
+                for micro in self._micro_batches(mini, self.config.ppo_micro_batch_size_per_gpu):
+                    micro = self._to_device(micro)
+                    scale = micro.batch_size[0] / mini_size / k * (self.config.loss_scale_factor or 1.0)
+                    adv = micro["advantages"]
+                    for j in range(k):
+                        out = self._score(micro, j)
+                        kl = None
+                        if self.config.use_kl_loss:
+                            kl = kl_penalty(
+                                loss_cfg.kl_type,
+                                out.prev_sample_mean,
+                                micro["ref_prev_sample_mean"][:, j],
+                                out.std_dev_t,
+                                out.std,
+                            )
+                        res = flow_grpo_policy_loss(
+                            out.log_prob,
+                            micro["old_log_probs"][:, j],
+                            adv[:, j] if adv.ndim == 2 else adv,
+                            clip_ratio=loss_cfg.clip_ratio,
+                            adv_clip_max=loss_cfg.adv_clip_max,
+                            kl=kl,
+                            kl_coef=self.config.kl_loss_coef,
+                        )
+                        (res.loss * scale).backward()
+                        _accumulate(acc, "pg_loss", res.pg_loss)
+                        if kl is not None:
+                            _accumulate(acc, "kl_loss", res.kl)
+                        for name in ("pg_clipfrac", "ppo_kl", "approx_kl", "ratio_mean"):
+                            _accumulate(acc, name, res.metrics[name])
+                        ratio_min = torch.minimum(ratio_min, res.metrics["ratio_min"])
+                        ratio_max = torch.maximum(ratio_max, res.metrics["ratio_max"])
+                        n_terms += 1
+                grad_norms.append(self._clip_and_step())
+        metrics = {f"actor/{name}": total / n_terms for name, total in acc.items()}
+        metrics["actor/ratio_min"] = ratio_min
+        metrics["actor/ratio_max"] = ratio_max
+        metrics["actor/grad_norm"] = torch.stack(grad_norms).mean()
+        metrics["actor/lr"] = torch.tensor(self.optimizer.param_groups[0]["lr"])
+        if "log_probs" in batch:
+            diffs = rollout_consistency_metrics(batch["old_log_probs"], batch["log_probs"])
+            metrics["actor/rollout_logprob_diff_mean"] = diffs["rollout_logprob_diff_mean"]
+            metrics["actor/rollout_logprob_diff_max"] = diffs["rollout_logprob_diff_max"]
+        return all_reduce_metrics(metrics, self.device)
+
+    def _clip_and_step(self) -> torch.Tensor:
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.optim.clip_grad)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        grad_norm = grad_norm.to(self.device)
+        if torch.isfinite(grad_norm):  # one host sync per optimizer step
+            self._optimizer_state_to(self.device)
+            self.optimizer.step()
+            self._optimizer_state_to("cpu")
+        self.lr_scheduler.step()
+        self.global_step += 1
+        return grad_norm.detach().float()
+
+    def _optimizer_state_to(self, device: str | torch.device) -> None:
+        if not self.config.fsdp_config.optimizer_offload or self.config.fsdp_config.cpu_offload:
+            return
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and key != "step":
+                    state[key] = value.to(device, non_blocking=True)
+
+    # ---- weights out, checkpoints -------------------------------------------------------------------------
+
+    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """LoRA tensors (LoRA training) or the full weights (full fine-tuning), unsharded, on the CPU.
+
+        A collective: every rank calls it and gets the same dict (see `verl_omni.engine.lora.export_weights`).
+        """
+        return export_weights(self.module, lora_only=self.use_lora, dtype=dtype)
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Save `actor.checkpoint.save_contents` (model, optimizer, extra = step/LR/RNG) with DCP under `path`."""
+        save_engine_checkpoint(
+            path,
+            model=self.module,
+            optimizer=self.optimizer,
+            lr_scheduler=self.lr_scheduler,
+            step=self.global_step,
+            contents=list(self.config.checkpoint.save_contents),
+        )
+
+    def load_checkpoint(self, path: str | os.PathLike) -> int:
+        """Load `actor.checkpoint.load_contents` from `path`; return (and restore) the saved optimizer step."""
+        step = load_engine_checkpoint(
+            path,
+            model=self.module,
+            optimizer=self.optimizer,
+            lr_scheduler=self.lr_scheduler,
+            contents=self.config.checkpoint.resolved_load_contents,
+        )
+        if step is not None:
+            self.global_step = step
+        return self.global_step
+
+
+def _accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
+    value = value.detach().float()
+    acc[name] = acc[name] + value if name in acc else value

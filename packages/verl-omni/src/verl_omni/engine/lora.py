@@ -1,0 +1,143 @@
+"""LoRA on the denoiser through peft: attach with a binding check, disable for the reference, export as tensors."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from verl_omni.config import DiffusionModelConfig
+
+__all__ = [
+    "ADAPTER_NAME",
+    "LoRABindingError",
+    "adapters_disabled",
+    "apply_lora",
+    "count_lora_modules",
+    "export_weights",
+]
+
+ADAPTER_NAME = "default"
+
+
+class LoRABindingError(ValueError):
+    """A LoRA config bound no module of the model (it would silently train nothing)."""
+
+
+def count_lora_modules(module: nn.Module) -> int:
+    """Number of peft LoRA layers inside `module`."""
+    from peft.tuners.lora import LoraLayer
+
+    return sum(isinstance(m, LoraLayer) for m in module.modules())
+
+
+def _linear_names(module: nn.Module) -> list[str]:
+    """Distinct last components of the names of the model's `nn.Linear` modules (what target_modules matches)."""
+    names = {name.rsplit(".", 1)[-1] for name, m in module.named_modules() if isinstance(m, nn.Linear) and name}
+    return sorted(names)
+
+
+def _binding_error(module: nn.Module, config: DiffusionModelConfig, cause: str) -> LoRABindingError:
+    known = _linear_names(module)
+    return LoRABindingError(
+        f"actor_rollout_ref.model.target_modules={config.target_modules!r} "
+        f"(exclude_modules={config.exclude_modules!r}) bound no module of {type(module).__name__}: {cause}. "
+        f"Its linear module names are: {', '.join(known)}; set target_modules to some of them or 'all-linear'."
+    )
+
+
+def apply_lora(module: nn.Module, config: DiffusionModelConfig) -> int:
+    """Attach a LoRA adapter to a diffusers model (before sharding); freeze everything else.
+
+    Args:
+        module (`nn.Module`):
+            A diffusers model with peft support (`add_adapter` / `load_lora_adapter`).
+        config (`DiffusionModelConfig`):
+            `lora_rank`, `lora_alpha`, `lora_init_weights`, `target_modules`, `exclude_modules`,
+            `lora_adapter_path`.
+
+    Returns:
+        The number of LoRA-wrapped modules (> 0).
+
+    Raises:
+        LoRABindingError: the config binds no module; the message names the target modules and lists the
+            model's linear module names.
+    """
+    from peft import LoraConfig
+    from peft.utils.error import NoMatchingPeftModuleError
+
+    try:
+        if config.lora_adapter_path is not None:
+            module.load_lora_adapter(config.lora_adapter_path, adapter_name=ADAPTER_NAME, prefix=None)
+        else:
+            lora_config = LoraConfig(
+                r=config.lora_rank,
+                lora_alpha=config.lora_alpha,
+                init_lora_weights=config.lora_init_weights,
+                target_modules=config.target_modules,
+                exclude_modules=config.exclude_modules,
+                bias="none",
+            )
+            module.add_adapter(lora_config, adapter_name=ADAPTER_NAME)
+    except (NoMatchingPeftModuleError, ValueError) as e:
+        if count_lora_modules(module) == 0:
+            raise _binding_error(module, config, str(e)) from e
+        raise
+    count = count_lora_modules(module)
+    if count == 0:
+        raise _binding_error(module, config, "peft wrapped 0 modules")
+    for name, param in module.named_parameters():
+        param.requires_grad_("lora_" in name)
+    return count
+
+
+@contextlib.contextmanager
+def adapters_disabled(module: nn.Module) -> Iterator[None]:
+    """Run the base model: peft adapters off inside the block, back on after (also on error)."""
+    module.disable_adapters()
+    try:
+        yield
+    finally:
+        module.enable_adapters()
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def export_weights(
+    module: nn.Module, *, lora_only: bool, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Gather the weights for the rollout engine: LoRA tensors in PEFT naming, or the full base weights.
+
+    Every rank must call this (the gather of a sharded tensor is a collective); every rank gets the dict.
+
+    Args:
+        module (`nn.Module`):
+            The (possibly FSDP2-sharded, possibly LoRA-wrapped) denoiser.
+        lora_only (`bool`):
+            `True`: only `lora_A` / `lora_B` weights, named like `transformer_blocks.0.attn.to_q.lora_A.weight`
+            (peft's saved-adapter naming, adapter name removed). `False`: the base model's weights with the
+            peft wrapping removed from the names (`...to_q.weight`), LoRA not merged.
+        dtype (`torch.dtype`, *optional*):
+            Cast to this dtype (e.g. bfloat16 for the rollout engine); default keeps the master dtype.
+        device (`str` or `torch.device`, *optional*, defaults to `"cpu"`):
+            Where the returned tensors live.
+
+    Returns:
+        `dict[str, torch.Tensor]`: name to full (unsharded) tensor.
+    """
+    out: dict[str, torch.Tensor] = {}
+    suffix = f".{ADAPTER_NAME}."
+    for name, tensor in module.state_dict().items():
+        is_lora = "lora_" in name
+        if is_lora != lora_only:
+            continue
+        key = name.replace(suffix, ".") if is_lora else name.replace(".base_layer.", ".")
+        full = _full(tensor).detach()
+        if dtype is not None:
+            full = full.to(dtype)
+        out[key] = full.to(device, non_blocking=False)
+    return out
