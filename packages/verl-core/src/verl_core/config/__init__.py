@@ -13,3 +13,7 @@ __all__ = [
     "omega_conf_to_dataclass",
     "resolve_target",
 ]
+
+from verl_core.config.rollout import LoRAConfig, ModelConfig, RolloutConfig, SamplingConfig
+
+__all__ += ["LoRAConfig", "ModelConfig", "RolloutConfig", "SamplingConfig"]

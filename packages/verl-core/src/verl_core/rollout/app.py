@@ -1,0 +1,81 @@
+"""The FastAPI app of a `RolloutHttpServer`: one route per lifecycle method, JSON errors naming the field."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from verl_core.rollout.errors import RolloutError
+from verl_core.rollout.net import parse_json, read_body
+from verl_core.rollout.protocol import AbortRequest, AbortResponse, SleepRequest, StateResponse, WakeUpRequest
+from verl_core.rollout.weights import WeightStreamReader
+
+if TYPE_CHECKING:
+    from verl_core.rollout.server import RolloutHttpServer
+
+__all__ = ["build_app"]
+
+
+def build_app(server: RolloutHttpServer) -> FastAPI:
+    """Build the app whose routes call `server`'s lifecycle methods on the server loop."""
+    app = FastAPI(title=f"{type(server).__name__} rank {server.rank}", docs_url=None, redoc_url=None)
+    limit = server.config.max_request_bytes
+
+    @app.exception_handler(RolloutError)
+    async def _rollout_error(_: Request, exc: RolloutError) -> JSONResponse:
+        return JSONResponse(exc.to_json(), status_code=exc.status_code)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return server.health()
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        ok, why = server.readiness()
+        return JSONResponse({"ready": ok, "reason": why, "weight_version": server.weight_version}, 200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> dict:
+        return server.metrics_snapshot()
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        req = parse_json(server.request_model, await read_body(request, limit))
+        out = await server.generate(req)
+        return Response(out.model_dump_json(), media_type="application/json")
+
+    @app.post("/abort")
+    async def abort(request: Request) -> AbortResponse:
+        req = parse_json(AbortRequest, await read_body(request, limit))
+        return AbortResponse(aborted=await server.abort(req.request_ids))
+
+    @app.post("/sleep")
+    async def sleep(request: Request) -> StateResponse:
+        req = parse_json(SleepRequest, await read_body(request, limit))
+        state = await server.sleep(req.level)
+        return StateResponse(state=state.value, weight_version=server.weight_version)
+
+    @app.post("/wake_up")
+    async def wake_up(request: Request) -> StateResponse:
+        req = parse_json(WakeUpRequest, await read_body(request, limit))
+        state = await server.wake_up(req.tags)
+        return StateResponse(state=state.value, weight_version=server.weight_version)
+
+    @app.post("/update_weights")
+    async def update_weights(request: Request) -> Response:
+        chunks = request.stream().__aiter__()
+        reader = WeightStreamReader(chunks, max_bucket_bytes=server.config.max_bucket_bytes)
+        try:
+            update = await reader.begin()
+            out = await server._apply_update(update, reader.buckets(update))
+        except RolloutError:
+            with contextlib.suppress(Exception):  # drain the upload so the client reads our 4xx, not a reset
+                async for _ in chunks:
+                    pass
+            raise
+        return Response(out.model_dump_json(), media_type="application/json")
+
+    return app

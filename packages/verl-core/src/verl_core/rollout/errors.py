@@ -1,0 +1,80 @@
+"""Errors of the rollout servers; each carries the HTTP status it maps to and, where known, the field."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadRequestError",
+    "ConflictError",
+    "EngineError",
+    "EngineTimeoutError",
+    "NotReadyError",
+    "PayloadTooLargeError",
+    "RolloutError",
+    "ServerDeadError",
+    "WeightSyncError",
+]
+
+
+class RolloutError(RuntimeError):
+    """Base of rollout server errors; `status_code` is the HTTP status a route answers with."""
+
+    status_code = 500
+
+    def __init__(self, message: str, *, field: str | None = None):
+        self.message = message
+        self.field = field
+        super().__init__(message)
+
+    def to_json(self) -> dict:
+        """The JSON error body the HTTP routes return."""
+        return {"error": {"type": type(self).__name__, "message": self.message, "field": self.field}}
+
+
+class BadRequestError(RolloutError, ValueError):
+    """The request is malformed or asks for something the backend does not allow (`field` names it)."""
+
+    status_code = 422
+
+
+class PayloadTooLargeError(RolloutError, ValueError):
+    """The request body or a weight bucket is larger than the configured limit."""
+
+    status_code = 413
+
+
+class ConflictError(RolloutError):
+    """The request clashes with server state (a duplicate request id, a weight update already running)."""
+
+    status_code = 409
+
+
+class WeightSyncError(BadRequestError):
+    """An `update_weights` payload is wrong: unknown tensor name, wrong shape or dtype, truncated stream."""
+
+
+class NotReadyError(RolloutError):
+    """The server cannot serve this now: not launched, asleep, updating weights, or shut down."""
+
+    status_code = 503
+
+
+class EngineTimeoutError(RolloutError, TimeoutError):
+    """An engine call did not finish within its configured timeout; the engine may be hung."""
+
+    status_code = 504
+
+
+class EngineError(RolloutError):
+    """The engine raised while serving a valid request."""
+
+    status_code = 500
+
+
+class ServerDeadError(RolloutError, ConnectionError):
+    """A server of a replica cannot be reached; `rank` says which."""
+
+    status_code = 502
+
+    def __init__(self, message: str, *, rank: int):
+        self.rank = rank
+        super().__init__(message)

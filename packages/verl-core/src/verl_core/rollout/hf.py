@@ -1,0 +1,274 @@
+"""`HFHttpServer`: the embedded LLM backend, transformers `generate` in-process (CPU or one GPU)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+
+from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncError
+from verl_core.rollout.net import validation_message
+from verl_core.rollout.protocol import GenerateRequest, TokenGenerateResponse
+from verl_core.rollout.server import RolloutHttpServer
+from verl_core.rollout.weights import WeightUpdate, check_manifest
+
+__all__ = ["HFHttpServer", "HFSamplingParams"]
+
+_DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class HFSamplingParams(BaseModel):
+    """Sampling parameters the transformers backend accepts (unknown keys are rejected)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    temperature: float = Field(ge=0)
+    top_p: float = Field(gt=0, le=1)
+    top_k: int = Field(ge=-1)
+    max_tokens: int = Field(ge=1)
+    logprobs: bool = False
+    stop_token_ids: list[int] = Field(default_factory=list)
+    ignore_eos: bool = False
+
+
+class _StopOnAbort(StoppingCriteria):
+    """Stops generation at the next token once the request's abort flag is set."""
+
+    def __init__(self, flag: threading.Event) -> None:
+        self.flag = flag
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.flag.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class HFHttpServer(RolloutHttpServer):
+    """Serve a causal LM with transformers `generate` on the server's engine thread.
+
+    Requests run one at a time (the engine thread is single); abort stops a request at its next token.
+    `sleep(1)` moves the weights to host memory (a no-op on CPU), `sleep(2)` frees them and `wake_up`
+    reloads the checkpoint, after which the weight version is 0 again. `update_weights` copies full
+    tensors in place (names as in the model's `state_dict`) or loads LoRA tensors through peft.
+
+    Args:
+        config (`RolloutConfig`): `model.path` is a transformers folder; `device` picks CPU or GPU.
+        rank (`int`, *optional*, defaults to `0`): server rank.
+    """
+
+    response_model = TokenGenerateResponse
+
+    def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
+        super().__init__(config, rank=rank)
+        self._device = _resolve_device(config.device)
+        self._model: Any = None
+        self._peft: Any = None
+        self._peft_config: dict[str, Any] | None = None
+        self._tokenizer: Any = None
+        self._abort_flags: dict[str, threading.Event] = {}
+        self._full_table: dict[str, torch.Tensor] = {}
+        self._lora_pending: dict[str, torch.Tensor] = {}
+
+    # ---- load / generate ------------------------------------------------------------------------
+
+    async def _engine_load(self) -> None:
+        await self._run_blocking(self._load_model)
+
+    def _load_model(self) -> None:
+        model_cfg = self.config.model
+        model = AutoModelForCausalLM.from_pretrained(
+            model_cfg.path, dtype=_DTYPES[model_cfg.dtype], trust_remote_code=model_cfg.trust_remote_code
+        )
+        self._model = model.to(self._device).eval()
+        self._peft, self._peft_config = None, None
+        if self._tokenizer is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(
+                model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code
+            )
+
+    def _validate_sampling_params(self, params: dict[str, Any]) -> HFSamplingParams:
+        try:
+            return HFSamplingParams.model_validate({**self.config.sampling.to_dict(), **params})
+        except ValidationError as e:
+            message, field = validation_message(e, prefix="sampling_params")
+            raise BadRequestError(message, field=field) from None
+
+    async def _engine_generate(self, request_id: str, request: GenerateRequest, params: Any) -> dict[str, Any]:
+        ids = request.prompt_ids if request.prompt_ids is not None else self._tokenizer(request.prompt).input_ids
+        vocab = self._model.config.get_text_config().vocab_size
+        bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab), None)
+        if bad is not None:
+            message = f"prompt_ids[{bad}] = {ids[bad]} is outside the vocabulary [0, {vocab})"
+            raise BadRequestError(message, field="prompt_ids")
+        limit = self.config.max_model_len or getattr(self._model.config.get_text_config(), "max_position_embeddings", 0)
+        if limit and len(ids) + params.max_tokens > limit:
+            raise BadRequestError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context of {limit}",
+                field="sampling_params.max_tokens",
+            )
+        flag = threading.Event()
+        self._abort_flags[request_id] = flag
+        try:
+            return await self._run_blocking(self._generate_blocking, ids, params, request.seed, flag)
+        finally:
+            flag.set()  # a cancelled (timed-out) request stops at its next token
+            self._abort_flags.pop(request_id, None)
+
+    def _generate_blocking(
+        self, ids: list[int], params: HFSamplingParams, seed: int | None, flag: threading.Event
+    ) -> dict[str, Any]:
+        if flag.is_set():
+            return {"finish_reason": "abort", "token_ids": [], "text": ""}
+        if self._model is None:
+            raise NotReadyError("weights are not loaded (asleep at level 2); call wake_up()")
+        eos = list(params.stop_token_ids)
+        if not params.ignore_eos and self._tokenizer.eos_token_id is not None:
+            eos.append(self._tokenizer.eos_token_id)
+        kwargs: dict[str, Any] = {"max_new_tokens": params.max_tokens, "do_sample": params.temperature > 0}
+        if params.temperature > 0:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0))
+        if seed is not None:
+            torch.manual_seed(seed)
+        model = self._peft if self._peft is not None else self._model
+        input_ids = torch.tensor([ids], device=self._device)
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                eos_token_id=eos or None,
+                pad_token_id=self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else 0,
+                stopping_criteria=StoppingCriteriaList([_StopOnAbort(flag)]),
+                return_dict_in_generate=True,
+                output_logits=params.logprobs,
+                **kwargs,
+            )
+        new = out.sequences[0, len(ids) :].tolist()
+        if new and new[-1] in eos:
+            reason = "stop"
+        elif len(new) >= params.max_tokens:
+            reason = "length"
+        else:
+            reason = "abort" if flag.is_set() else "stop"
+        fields: dict[str, Any] = {"finish_reason": reason, "token_ids": new}
+        fields["text"] = self._tokenizer.decode(new, skip_special_tokens=True)
+        if params.logprobs:
+            scores = self._model.compute_transition_scores(out.sequences, out.logits, normalize_logits=True)
+            fields["log_probs"] = scores[0].float().tolist()
+        return fields
+
+    async def _engine_abort(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            flag = self._abort_flags.get(request_id)
+            if flag is not None:
+                flag.set()
+
+    # ---- sleep / wake ---------------------------------------------------------------------------
+
+    async def _engine_sleep(self, level: int) -> None:
+        await self._run_blocking(self._sleep_blocking, level)
+
+    def _sleep_blocking(self, level: int) -> None:
+        if level == 2:
+            self._model, self._peft, self._peft_config = None, None, None
+        elif self._device.type != "cpu":
+            self._model.to("cpu")
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    async def _engine_wake_up(self, tags: list[str]) -> None:
+        if "weights" not in tags:
+            return  # transformers keeps no KV cache between requests
+        if self._model is None:
+            await self._run_blocking(self._load_model)
+            self._set_weight_version(0)
+        elif self._device.type != "cpu":
+            await self._run_blocking(self._model.to, self._device)
+
+    # ---- weight sync ----------------------------------------------------------------------------
+
+    async def _engine_begin_weights(self, update: WeightUpdate) -> None:
+        if self._model is None:
+            raise NotReadyError("weights were dropped by sleep(level=2); call wake_up() before update_weights")
+        if update.kind == "full":
+            table = self._model.state_dict(keep_vars=True)
+            self._full_table = {k.replace(".base_layer.", "."): v for k, v in table.items() if ".lora_" not in k}
+            check_manifest(update.manifest, {k: tuple(v.shape) for k, v in self._full_table.items()})
+        else:
+            await self._run_blocking(self._prepare_lora, update)
+
+    def _prepare_lora(self, update: WeightUpdate) -> None:
+        from peft import get_peft_config, get_peft_model, get_peft_model_state_dict
+
+        config = {"peft_type": "LORA", **dict(update.peft_config or {})}
+        try:
+            peft_config = get_peft_config(config)
+        except Exception as e:
+            raise WeightSyncError(f"peft_config rejected by peft: {type(e).__name__}: {e}", field="peft_config") from e
+        if self._peft is None or config != self._peft_config:
+            base = self._peft.unload() if self._peft is not None else self._model
+            try:
+                self._peft = get_peft_model(base, peft_config).eval()
+            except Exception as e:
+                self._peft, self._model = None, base
+                raise WeightSyncError(f"cannot apply peft_config: {type(e).__name__}: {e}", field="peft_config") from e
+            self._model, self._peft_config = base, config
+        expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(self._peft).items()}
+        check_manifest(update.manifest, expected)
+        missing = sorted(set(expected) - {s.name for s in update.manifest})
+        if missing:
+            raise WeightSyncError(
+                f"LoRA update lacks {len(missing)} of the adapter's {len(expected)} tensors, e.g. {missing[0]!r}",
+                field=missing[0],
+            )
+        self._lora_pending = {}
+
+    async def _engine_load_bucket(self, update: WeightUpdate, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        if update.kind == "full":
+            await self._run_blocking(self._copy_full, tensors)
+        else:
+            self._lora_pending.update((name, t.clone()) for name, t in tensors)
+
+    def _copy_full(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        with torch.no_grad():
+            for name, tensor in tensors:
+                self._full_table[name].copy_(tensor)
+
+    async def _engine_finish_weights(self, update: WeightUpdate) -> None:
+        if update.kind == "lora":
+            from peft import set_peft_model_state_dict
+
+            pending, self._lora_pending = self._lora_pending, {}
+            await self._run_blocking(set_peft_model_state_dict, self._peft, pending)
+        self._full_table = {}
+
+    async def _engine_abort_weights(self, update: WeightUpdate) -> None:
+        self._full_table, self._lora_pending = {}, {}
+
+    async def _engine_shutdown(self) -> None:
+        self._model, self._peft, self._tokenizer = None, None, None
+        gc.collect()
+
+    def _engine_metrics(self) -> dict[str, Any]:
+        model = self._model
+        on_device = 0
+        if model is not None:
+            on_device = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type != "cpu")
+        return {
+            "device": str(self._device),
+            "weights_resident": model is not None,
+            "lora_active": self._peft is not None,
+            "param_bytes_on_accelerator": on_device,
+        }
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"rollout.device={device!r} but CUDA is not available; use 'cpu' or 'auto'")
+    return resolved

@@ -1,0 +1,522 @@
+"""`RolloutHttpServer`: the engine-agnostic rollout server base (HTTP app, lifecycle, timeouts, weight sync).
+
+Every server owns one event loop on a thread of its own; uvicorn and the engine run on it. The public
+lifecycle methods are coroutines that may be awaited from any loop (a Ray actor's, a test's
+`asyncio.run`): they hop onto the server loop. Subclasses implement only the `_engine_*` hooks.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from pydantic import ValidationError
+
+from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.errors import (
+    BadRequestError,
+    ConflictError,
+    EngineError,
+    EngineTimeoutError,
+    NotReadyError,
+    RolloutError,
+)
+from verl_core.rollout.metrics import ServerMetrics
+from verl_core.rollout.net import bind_socket, validation_message
+from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
+from verl_core.rollout.weights import TensorSpec, WeightKind, WeightUpdate, iter_buckets, named_tensors
+
+__all__ = ["RolloutHttpServer", "ServerState"]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ServerState(str, enum.Enum):
+    """Where a server is in its lifecycle."""
+
+    CREATED = "created"
+    LAUNCHING = "launching"
+    READY = "ready"
+    SLEEPING = "sleeping"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class RolloutHttpServer(abc.ABC):
+    """Engine-agnostic rollout server: FastAPI app on uvicorn plus Python lifecycle methods.
+
+    Lifecycle: `launch` → (`generate` | `abort` | `sleep` → `wake_up` | `update_weights`)* → `shutdown`.
+    Routes: `GET /health`, `GET /ready`, `GET /metrics`, `POST /generate`, `/abort`, `/sleep`,
+    `/wake_up`, `/update_weights` (framed byte stream, see `verl_core.rollout.weights`). Every engine call is
+    bounded by a timeout from `RolloutConfig`; a hung engine surfaces as `EngineTimeoutError` (HTTP 504).
+
+    Subclasses implement the `_engine_*` hooks and may set `request_model` / `response_model`.
+
+    Args:
+        config (`RolloutConfig`): backend, model, binding, timeouts and limits.
+        rank (`int`, *optional*, defaults to `0`): the server's rank in its replica (seeds, names).
+
+    Raises:
+        TypeError: `config` is not a `RolloutConfig`.
+    """
+
+    request_model: ClassVar[type[GenerateRequest]] = GenerateRequest
+    response_model: ClassVar[type[GenerateResponse]] = GenerateResponse
+
+    def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
+        if not isinstance(config, RolloutConfig):
+            raise TypeError(f"config must be a RolloutConfig, got {type(config).__name__}")
+        self.config = config
+        self.rank = rank
+        self._state = ServerState.CREATED
+        self._weight_version = 0
+        self._weights_consistent = True
+        self._asleep: set[str] = set()
+        self._exclusive: str | None = None
+        self._inflight: dict[str, asyncio.Task] = {}
+        self._drained: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._http: Any = None
+        self._serve_task: asyncio.Task | None = None
+        self._address: str | None = None
+        self.metrics = ServerMetrics()
+
+    # ---- engine hooks (subclasses implement these) ---------------------------------------------
+
+    @abc.abstractmethod
+    async def _engine_load(self) -> None:
+        """Build the engine and load the model (runs on the server loop)."""
+
+    @abc.abstractmethod
+    async def _engine_generate(self, request_id: str, request: GenerateRequest, params: Any) -> dict[str, Any]:
+        """Serve one request; return the response fields except `request_id` and `weight_version`."""
+
+    @abc.abstractmethod
+    async def _engine_abort(self, request_ids: list[str]) -> None:
+        """Ask the engine to stop these requests; their generates then finish with reason `"abort"`."""
+
+    @abc.abstractmethod
+    async def _engine_sleep(self, level: int) -> None:
+        """Free accelerator memory (1: keep weights in host memory, 2: drop them)."""
+
+    @abc.abstractmethod
+    async def _engine_wake_up(self, tags: list[str]) -> None:
+        """Restore what `_engine_sleep` freed, for the given tags (`"weights"`, `"kv_cache"`)."""
+
+    @abc.abstractmethod
+    async def _engine_begin_weights(self, update: WeightUpdate) -> None:
+        """Check the update's manifest (raise `WeightSyncError` naming a bad tensor) and prepare."""
+
+    @abc.abstractmethod
+    async def _engine_load_bucket(self, update: WeightUpdate, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        """Apply one bucket; the tensors are views of a reused buffer, so clone what you keep."""
+
+    async def _engine_finish_weights(self, update: WeightUpdate) -> None:  # noqa: B027 - optional hook
+        """Commit the update after the last bucket (LoRA engines load the adapter here)."""
+
+    async def _engine_abort_weights(self, update: WeightUpdate) -> None:  # noqa: B027 - optional hook
+        """Drop a partly received update."""
+
+    async def _engine_shutdown(self) -> None:  # noqa: B027 - optional hook
+        """Release the engine."""
+
+    def _validate_sampling_params(self, params: dict[str, Any]) -> Any:
+        """Return the backend's sampling parameters for a request, raising `BadRequestError` naming the key."""
+        return params
+
+    def _engine_metrics(self) -> dict[str, Any]:
+        """Backend-specific metrics merged into `/metrics`."""
+        return {}
+
+    def _add_routes(self, app: Any) -> None:  # noqa: B027 - optional hook
+        """Add backend routes (e.g. OpenAI-compatible ones) to the FastAPI app."""
+
+    # ---- properties ------------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """Base URL of the HTTP app, e.g. `http://127.0.0.1:8000`."""
+        if self._address is None:
+            raise NotReadyError("the server has no address yet; await launch() first")
+        return self._address
+
+    @property
+    def state(self) -> ServerState:
+        """Lifecycle state."""
+        return self._state
+
+    @property
+    def weight_version(self) -> int:
+        """Version of the weights generates run with (0 = the checkpoint's)."""
+        return self._weight_version
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def launch(self) -> str:
+        """Start the engine and the HTTP app; return the base URL.
+
+        Raises:
+            ConflictError: launch was already called.
+            EngineTimeoutError: the engine took longer than `rollout.launch_timeout_s`.
+        """
+        if self._state is not ServerState.CREATED:
+            raise ConflictError(f"launch() was already called; the server is {self._state.value}")
+        self._state = ServerState.LAUNCHING
+        loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=loop.run_forever, name=f"rollout-server-{self.rank}", daemon=True)
+        self._thread.start()
+        self._loop = loop
+        try:
+            return await self._on_loop(self._launch_impl())
+        except BaseException:
+            self._state = ServerState.FAILED
+            await self.shutdown()
+            self._state = ServerState.FAILED
+            raise
+
+    async def generate(self, request: GenerateRequest | Mapping[str, Any]) -> GenerateResponse:
+        """Serve one request (a `request_model` or a dict of its fields).
+
+        Raises:
+            BadRequestError: invalid fields or sampling parameters (names the field).
+            NotReadyError: asleep, busy with a weight update, at capacity, or shut down.
+            ConflictError: the request id is already in flight.
+            EngineTimeoutError: no answer within `timeout_s` / `rollout.request_timeout_s`.
+        """
+        return await self._on_loop(self._generate_impl(request))
+
+    async def abort(self, request_ids: Iterable[str] | None = None) -> list[str]:
+        """Abort these in-flight requests (all when None); return the ids that were in flight."""
+        return await self._on_loop(self._abort_impl(None if request_ids is None else list(request_ids)))
+
+    async def sleep(self, level: int | None = None) -> ServerState:
+        """Free accelerator memory after in-flight requests drain (`level` defaults to `rollout.sleep_level`)."""
+        return await self._on_loop(self._sleep_impl(level or self.config.sleep_level))
+
+    async def wake_up(self, tags: list[str] | None = None) -> ServerState:
+        """Restore what `sleep` freed; `tags` restores only `"weights"` or `"kv_cache"`."""
+        return await self._on_loop(self._wake_impl(tags))
+
+    async def update_weights(
+        self,
+        weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+        *,
+        version: int,
+        kind: WeightKind = "full",
+        peft_config: dict[str, Any] | None = None,
+        bucket_bytes: int | None = None,
+    ) -> WeightUpdateResponse:
+        """Load new weights in-process, bucket by bucket; generates then report `version`.
+
+        Args:
+            weights (`Mapping[str, torch.Tensor]` or iterable of `(name, tensor)`): full model tensors or
+                LoRA tensors (as `peft.get_peft_model_state_dict` names them).
+            version (`int`): the new weight version (>= 0).
+            kind (`str`, *optional*, defaults to `"full"`): `"full"` or `"lora"`.
+            peft_config (`dict`, *optional*): the adapter's PEFT config, required for `"lora"`.
+            bucket_bytes (`int`, *optional*): bucket size; defaults to `rollout.update_weights_bucket_bytes`.
+
+        Raises:
+            WeightSyncError: unknown tensor name, wrong shape, missing PEFT config (names it).
+            ConflictError: another lifecycle call is running.
+            EngineTimeoutError: longer than `rollout.weight_sync_timeout_s`.
+        """
+        items = named_tensors(weights)
+        update = WeightUpdate(version, kind, [TensorSpec.of(n, t) for n, t in items], peft_config)
+        size = bucket_bytes or self.config.update_weights_bucket_bytes
+
+        async def buckets() -> AsyncIterator[list[tuple[str, torch.Tensor]]]:
+            for bucket in iter_buckets(items, size):
+                yield bucket
+
+        return await self._on_loop(self._apply_update(update, buckets()))
+
+    async def shutdown(self) -> None:
+        """Abort in-flight requests, stop the HTTP app and the engine, and stop the server loop (idempotent)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            await self._on_loop(self._shutdown_impl())
+        except Exception as e:  # shutting down must not raise halfway
+            logger.warning("rollout server %d: error while shutting down: %s", self.rank, e)
+        finally:
+            self._loop = None
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(timeout=10)
+            if not loop.is_running():
+                loop.close()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+            self._state = ServerState.STOPPED
+
+    # ---- status ---------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """Liveness: the server loop runs (the engine may still be loading)."""
+        return {"status": "ok", "state": self._state.value, "rank": self.rank}
+
+    def readiness(self) -> tuple[bool, str]:
+        """Whether generates are served now, and why not."""
+        if self._state is not ServerState.READY:
+            return False, f"server is {self._state.value}"
+        if not self._weights_consistent:
+            return False, "a full weight update failed halfway; send a complete update_weights"
+        if self._exclusive:
+            return False, f"server is busy with {self._exclusive}"
+        return True, "ready"
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """Counters and latency percentiles, plus backend metrics."""
+        return {
+            **self.metrics.snapshot(),
+            "state": self._state.value,
+            "weight_version": self._weight_version,
+            "inflight": len(self._inflight),
+            "rank": self.rank,
+            **self._engine_metrics(),
+        }
+
+    # ---- helpers for subclasses -----------------------------------------------------------------
+
+    async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking engine work on the server's single engine thread."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"rollout-engine-{self.rank}")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _timed(self, op: str, key: str, awaitable: Awaitable[T], timeout: float | None = None) -> T:
+        """Await `awaitable` within `timeout` (default `rollout.<key>`), mapping failures to rollout errors."""
+        limit = timeout if timeout is not None else getattr(self.config, key)
+        try:
+            return await asyncio.wait_for(awaitable, limit)
+        except RolloutError:
+            raise
+        except asyncio.TimeoutError:
+            self.metrics.count("timeouts")
+            raise EngineTimeoutError(
+                f"{op} did not finish within {limit:g} s (rollout.{key}); the engine may be hung"
+            ) from None
+        except (ValueError, TypeError, KeyError) as e:
+            raise BadRequestError(f"{op}: {type(e).__name__}: {e}") from e
+        except Exception as e:
+            raise EngineError(f"engine failed during {op}: {type(e).__name__}: {e}") from e
+
+    def _set_weight_version(self, version: int) -> None:
+        """For engines whose wake-up reloads the checkpoint: report `version` from now on."""
+        self._weight_version = version
+
+    # ---- implementation (runs on the server loop) -----------------------------------------------
+
+    async def _on_loop(self, coro: Awaitable[T]) -> T:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            raise NotReadyError(f"server is {self._state.value}; call launch() first")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))  # type: ignore[arg-type]
+
+    async def _launch_impl(self) -> str:
+        import uvicorn
+
+        from verl_core.rollout.app import build_app
+
+        self._drained = asyncio.Event()
+        self._drained.set()
+        await self._timed("launch", "launch_timeout_s", self._engine_load())
+        sock = bind_socket(self.config.host, self.config.port)
+        app = build_app(self)
+        self._add_routes(app)
+        uv_config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        self._http = uvicorn.Server(uv_config)
+        self._serve_task = asyncio.create_task(self._http.serve(sockets=[sock]))
+        while not self._http.started:
+            if self._serve_task.done():
+                raise EngineError(f"uvicorn stopped during start-up: {self._serve_task.exception()!r}")
+            await asyncio.sleep(0.005)
+        host, port = sock.getsockname()[:2]
+        self._address = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        self._state = ServerState.READY
+        return self._address
+
+    async def _generate_impl(self, request: GenerateRequest | Mapping[str, Any]) -> GenerateResponse:
+        start = time.perf_counter()
+        try:
+            response = await self._generate_checked(request)
+        except RolloutError as e:
+            self.metrics.count(f"generate_errors_{e.status_code}")
+            raise
+        self.metrics.observe_latency(time.perf_counter() - start)
+        self.metrics.count("generate_" + response.finish_reason)
+        return response
+
+    async def _generate_checked(self, request: GenerateRequest | Mapping[str, Any]) -> GenerateResponse:
+        if not isinstance(request, self.request_model):
+            try:
+                request = self.request_model.model_validate(request)
+            except ValidationError as e:
+                message, field = validation_message(e)
+                raise BadRequestError(message, field=field) from None
+        if self._asleep:
+            raise NotReadyError("server is asleep; call wake_up() before generate")
+        ready, why = self.readiness()
+        if not ready:
+            raise NotReadyError(why)
+        if len(self._inflight) >= self.config.max_concurrent_requests:
+            raise NotReadyError(f"server at capacity ({self.config.max_concurrent_requests} requests in flight)")
+        if request.prompt_ids is not None and len(request.prompt_ids) > self.config.max_prompt_len:
+            raise BadRequestError(
+                f"prompt of {len(request.prompt_ids)} tokens exceeds rollout.max_prompt_len="
+                f"{self.config.max_prompt_len}",
+                field="prompt_ids",
+            )
+        request_id = request.request_id or uuid.uuid4().hex
+        if request_id in self._inflight:
+            raise ConflictError(f"request_id {request_id!r} is already in flight", field="request_id")
+        params = self._validate_sampling_params(dict(request.sampling_params))
+        timeout = min(request.timeout_s or self.config.request_timeout_s, self.config.request_timeout_s)
+        version = self._weight_version
+        start = time.perf_counter()
+        self._inflight[request_id] = asyncio.current_task()  # type: ignore[assignment]
+        self._drained.clear()
+        try:
+            fields = await self._timed(
+                "generate", "request_timeout_s", self._engine_generate(request_id, request, params), timeout
+            )
+        except EngineTimeoutError:
+            with contextlib.suppress(Exception):  # best effort: stop the engine working on it
+                await asyncio.wait_for(self._engine_abort([request_id]), 1.0)
+            raise
+        finally:
+            self._inflight.pop(request_id, None)
+            if not self._inflight:
+                self._drained.set()
+        return self.response_model(
+            request_id=request_id, weight_version=version, latency_s=time.perf_counter() - start, **fields
+        )
+
+    async def _abort_impl(self, request_ids: list[str] | None) -> list[str]:
+        ids = list(self._inflight) if request_ids is None else [i for i in request_ids if i in self._inflight]
+        if ids:
+            await self._timed("abort", "lifecycle_timeout_s", self._engine_abort(ids))
+            self.metrics.count("aborted", len(ids))
+        return ids
+
+    @contextlib.asynccontextmanager
+    async def _exclusive_op(self, op: str) -> AsyncIterator[None]:
+        if self._state not in (ServerState.READY, ServerState.SLEEPING):
+            raise NotReadyError(f"{op} needs a launched server; it is {self._state.value}")
+        if self._exclusive:
+            raise ConflictError(f"{op} refused: {self._exclusive} is running")
+        self._exclusive = op
+        try:
+            limit = self.config.lifecycle_timeout_s
+            try:
+                await asyncio.wait_for(self._drained.wait(), limit)
+            except asyncio.TimeoutError:
+                raise EngineTimeoutError(
+                    f"{op}: {len(self._inflight)} requests still in flight after {limit:g} s "
+                    "(rollout.lifecycle_timeout_s); abort them first"
+                ) from None
+            yield
+        finally:
+            self._exclusive = None
+
+    async def _sleep_impl(self, level: int) -> ServerState:
+        if level not in (1, 2):
+            raise BadRequestError(f"sleep level must be 1 or 2, got {level!r}", field="level")
+        async with self._exclusive_op("sleep"):
+            if not self._asleep:
+                await self._timed("sleep", "lifecycle_timeout_s", self._engine_sleep(level))
+                self._asleep = {"weights", "kv_cache"}
+                self._state = ServerState.SLEEPING
+                self.metrics.count("sleeps")
+        return self._state
+
+    async def _wake_impl(self, tags: list[str] | None) -> ServerState:
+        wanted = ["weights", "kv_cache"] if tags is None else list(tags)
+        bad = [t for t in wanted if t not in ("weights", "kv_cache")]
+        if bad:
+            raise BadRequestError(f"unknown wake_up tag {bad[0]!r}; allowed: 'weights', 'kv_cache'", field="tags")
+        async with self._exclusive_op("wake_up"):
+            todo = [t for t in wanted if t in self._asleep]
+            if todo:
+                await self._timed("wake_up", "lifecycle_timeout_s", self._engine_wake_up(todo))
+                self._asleep -= set(todo)
+            if not self._asleep:
+                self._state = ServerState.READY
+        return self._state
+
+    async def _apply_update(
+        self, update: WeightUpdate, buckets: AsyncIterator[list[tuple[str, torch.Tensor]]]
+    ) -> WeightUpdateResponse:
+        start = time.perf_counter()
+        loaded = {"buckets": 0, "tensors": 0, "bytes": 0}
+
+        async def run() -> None:
+            await self._engine_begin_weights(update)
+            done = False
+            try:
+                async for bucket in buckets:
+                    await self._engine_load_bucket(update, bucket)
+                    loaded["buckets"] += 1
+                    loaded["tensors"] += len(bucket)
+                    loaded["bytes"] += sum(t.numel() * t.element_size() for _, t in bucket)
+                await self._engine_finish_weights(update)
+                done = True
+            finally:
+                if not done:
+                    if update.kind == "full" and loaded["buckets"]:
+                        self._weights_consistent = False
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self._engine_abort_weights(update), self.config.lifecycle_timeout_s)
+
+        async with self._exclusive_op("update_weights"):
+            await self._timed("update_weights", "weight_sync_timeout_s", run())
+            self._weight_version = update.version
+            if update.kind == "full":
+                self._weights_consistent = True
+        seconds = time.perf_counter() - start
+        self.metrics.count("weight_updates")
+        self.metrics.count("weight_bytes", loaded["bytes"])
+        return WeightUpdateResponse(
+            weight_version=update.version,
+            kind=update.kind,
+            num_tensors=loaded["tensors"],
+            num_buckets=loaded["buckets"],
+            bytes=loaded["bytes"],
+            seconds=seconds,
+        )
+
+    async def _shutdown_impl(self) -> None:
+        for task in list(self._inflight.values()):
+            task.cancel()
+        if self._http is not None:
+            self._http.should_exit = True
+        if self._serve_task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._serve_task, 10)
+        if self._state not in (ServerState.CREATED, ServerState.STOPPED):
+            with contextlib.suppress(Exception):
+                await self._timed("shutdown", "lifecycle_timeout_s", self._engine_shutdown())
+        self._state = ServerState.STOPPED

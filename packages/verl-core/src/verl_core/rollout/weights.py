@@ -1,0 +1,366 @@
+"""Weight sync: tensor manifests, size-bounded bucket planning, and the framed byte stream that carries them.
+
+Stream layout (little-endian): a sequence of frames `u64 header_len | JSON header | payload`. Frames:
+`begin` (version, kind, peft_config and the manifest of every tensor: name, dtype, shape), then one
+`bucket` frame per bucket (its tensors with byte offsets, followed by `nbytes` payload bytes), then
+`end` (tensor count, to detect truncation). The receiver checks the whole manifest before it applies a
+byte, and holds one bucket in memory at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import struct
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any, Literal
+
+import torch
+
+from verl_core.rollout.errors import PayloadTooLargeError, WeightSyncError
+
+__all__ = [
+    "TensorSpec",
+    "WeightStreamReader",
+    "WeightUpdate",
+    "check_manifest",
+    "encode_weight_stream",
+    "iter_buckets",
+    "named_tensors",
+    "plan_buckets",
+]
+
+WeightKind = Literal["full", "lora"]
+MAX_HEADER_BYTES = 64 << 20
+_ALIGN = 64
+_LEN = struct.Struct("<Q")
+_DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
+_ITEMSIZE = {k: v.itemsize for k, v in _DTYPES.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """Name, dtype name and shape of one tensor of a weight update."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the tensor's data in bytes."""
+        return self.numel * _ITEMSIZE[self.dtype]
+
+    @classmethod
+    def of(cls, name: str, tensor: torch.Tensor) -> TensorSpec:
+        """The spec of `tensor` under `name`."""
+        if tensor.dtype not in _DTYPE_NAMES:
+            raise WeightSyncError(f"tensor {name!r} has unsupported dtype {tensor.dtype}", field=name)
+        return cls(name, _DTYPE_NAMES[tensor.dtype], tuple(tensor.shape))
+
+    @classmethod
+    def from_json(cls, obj: Any) -> TensorSpec:
+        """Parse a manifest entry `{"name", "dtype", "shape"}`, rejecting malformed ones by name."""
+        if not isinstance(obj, Mapping) or set(obj) - {"name", "dtype", "shape", "offset"}:
+            raise WeightSyncError(f"manifest entry must be {{name, dtype, shape}}, got {obj!r:.200}")
+        name, dtype, shape = obj.get("name"), obj.get("dtype"), obj.get("shape")
+        if not isinstance(name, str) or not name:
+            raise WeightSyncError(f"manifest entry has no tensor name: {obj!r:.200}")
+        if dtype not in _DTYPES:
+            raise WeightSyncError(f"tensor {name!r}: dtype {dtype!r} is not one of {', '.join(_DTYPES)}", field=name)
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise WeightSyncError(f"tensor {name!r}: shape must be a list of ints >= 0, got {shape!r}", field=name)
+        return cls(name, dtype, tuple(shape))
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest entry of this spec."""
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclasses.dataclass
+class WeightUpdate:
+    """One weight update as the engine hooks see it: version, kind, PEFT config and the full manifest."""
+
+    version: int
+    kind: WeightKind
+    manifest: list[TensorSpec]
+    peft_config: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 0:
+            raise WeightSyncError(f"version must be an int >= 0, got {self.version!r}", field="version")
+        if self.kind not in ("full", "lora"):
+            raise WeightSyncError(f"kind must be 'full' or 'lora', got {self.kind!r}", field="kind")
+        if self.kind == "lora" and not isinstance(self.peft_config, Mapping):
+            raise WeightSyncError("kind 'lora' needs the adapter's peft_config (a dict)", field="peft_config")
+        if not self.manifest:
+            raise WeightSyncError("the update carries no tensors", field="manifest")
+
+    @property
+    def nbytes(self) -> int:
+        """Total payload size."""
+        return sum(s.nbytes for s in self.manifest)
+
+
+def named_tensors(weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, Any]]:
+    """Normalise a state dict or an iterable of `(name, tensor)` pairs to a list of pairs."""
+    items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+    for i, item in enumerate(items):
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], torch.Tensor)):
+            raise WeightSyncError(f"weights[{i}] must be a (name, torch.Tensor) pair, got {type(item).__name__}")
+    return items
+
+
+def plan_buckets(specs: list[TensorSpec], bucket_bytes: int) -> list[list[int]]:
+    """Group tensor indices, in order, into buckets of at most `bucket_bytes` (aligned) bytes.
+
+    A tensor larger than `bucket_bytes` travels alone in a bucket of its own size.
+
+    Raises:
+        ValueError: `bucket_bytes` < 1.
+    """
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i, spec in enumerate(specs):
+        start = _align(used)
+        if current and start + spec.nbytes > bucket_bytes:
+            buckets.append(current)
+            current, start = [], 0
+        current.append(i)
+        used = start + spec.nbytes
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def iter_buckets(
+    weights: list[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Yield the `(name, tensor)` pairs of `weights` bucket by bucket (in-process path, no copy)."""
+    specs = [TensorSpec.of(n, t) for n, t in weights]
+    for idxs in plan_buckets(specs, bucket_bytes):
+        yield [weights[i] for i in idxs]
+
+
+def check_manifest(manifest: list[TensorSpec], expected: Mapping[str, tuple[int, ...]]) -> None:
+    """Check every tensor of `manifest` exists in `expected` (name -> shape) with the same shape.
+
+    Raises:
+        WeightSyncError: a duplicate or unknown name (with the closest known name) or a wrong shape.
+    """
+    seen: set[str] = set()
+    for spec in manifest:
+        if spec.name in seen:
+            raise WeightSyncError(f"tensor {spec.name!r} appears twice in the update", field=spec.name)
+        seen.add(spec.name)
+        shape = expected.get(spec.name)
+        if shape is None:
+            close = difflib.get_close_matches(spec.name, list(expected), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; the model has {len(expected)} tensors"
+            raise WeightSyncError(f"unknown tensor name {spec.name!r}{hint}", field=spec.name)
+        if tuple(shape) != spec.shape:
+            raise WeightSyncError(
+                f"tensor {spec.name!r}: expected shape {list(shape)}, got {list(spec.shape)}", field=spec.name
+            )
+
+
+def encode_weight_stream(
+    weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+    *,
+    version: int,
+    kind: WeightKind = "full",
+    peft_config: dict[str, Any] | None = None,
+    bucket_bytes: int = 256 << 20,
+) -> Iterator[bytes | memoryview]:
+    """Yield the framed byte stream of a weight update, one tensor's bytes at a time (no full copy).
+
+    Args:
+        weights (`Mapping[str, torch.Tensor]` or iterable of `(name, tensor)`):
+            The tensors to send; device tensors are copied to host one at a time.
+        version (`int`): the weight version the server reports after the update.
+        kind (`str`, *optional*, defaults to `"full"`): `"full"` (model tensors) or `"lora"` (adapter tensors).
+        peft_config (`dict`, *optional*): the adapter's PEFT config; required for `"lora"`.
+        bucket_bytes (`int`, *optional*, defaults to 256 MiB): bucket size; the receiver holds one bucket.
+    """
+    items = named_tensors(weights)
+    specs = [TensorSpec.of(n, t) for n, t in items]
+    WeightUpdate(version, kind, specs, peft_config)  # validate before sending anything
+    buckets = plan_buckets(specs, bucket_bytes)
+    yield _frame(
+        {
+            "type": "begin",
+            "version": version,
+            "kind": kind,
+            "peft_config": peft_config,
+            "num_buckets": len(buckets),
+            "manifest": [s.to_json() for s in specs],
+        }
+    )
+    for idxs in buckets:
+        entries, pos = [], 0
+        for i in idxs:
+            pos = _align(pos)
+            entries.append({**specs[i].to_json(), "offset": pos})
+            pos += specs[i].nbytes
+        yield _frame({"type": "bucket", "nbytes": pos, "tensors": entries})
+        sent = 0
+        for i, entry in zip(idxs, entries):
+            if entry["offset"] > sent:
+                yield bytes(entry["offset"] - sent)
+            data = _tensor_bytes(items[i][1])
+            if data:
+                yield data
+            sent = entry["offset"] + specs[i].nbytes
+    yield _frame({"type": "end", "num_tensors": len(items)})
+
+
+class WeightStreamReader:
+    """Parse a weight stream from an async byte-chunk iterator, one bucket buffer reused throughout.
+
+    Args:
+        chunks (`AsyncIterator[bytes]`): the request body.
+        max_bucket_bytes (`int`): largest bucket accepted (larger ones raise `PayloadTooLargeError`).
+    """
+
+    def __init__(self, chunks: AsyncIterator[bytes], *, max_bucket_bytes: int):
+        self._chunks = chunks
+        self._pending = memoryview(b"")
+        self._max_bucket = max_bucket_bytes
+        self._buffer = bytearray()
+        self.bytes_read = 0
+
+    async def begin(self) -> WeightUpdate:
+        """Read the `begin` frame and return the update it announces."""
+        header = await self._header("begin")
+        manifest_json = header.get("manifest")
+        if not isinstance(manifest_json, list):
+            raise WeightSyncError("begin frame has no manifest list", field="manifest")
+        manifest = [TensorSpec.from_json(e) for e in manifest_json]
+        return WeightUpdate(header.get("version"), header.get("kind"), manifest, header.get("peft_config"))
+
+    async def buckets(self, update: WeightUpdate) -> AsyncIterator[list[tuple[str, torch.Tensor]]]:
+        """Yield each bucket's tensors (views into the reused buffer: clone what you keep)."""
+        known = {s.name: s for s in update.manifest}
+        received = 0
+        while True:
+            header = await self._header("bucket", "end")
+            if header["type"] == "end":
+                break
+            nbytes = header.get("nbytes")
+            if not isinstance(nbytes, int) or nbytes < 0:
+                raise WeightSyncError(f"bucket frame has a bad nbytes {nbytes!r}", field="nbytes")
+            if nbytes > self._max_bucket:
+                raise PayloadTooLargeError(
+                    f"bucket of {nbytes} bytes exceeds the limit of {self._max_bucket} bytes "
+                    "(rollout.max_bucket_bytes); send smaller buckets",
+                    field="bucket_bytes",
+                )
+            if len(self._buffer) < nbytes:
+                self._buffer = bytearray(nbytes)
+            view = memoryview(self._buffer)[:nbytes]
+            await self._read_into(view)
+            tensors = []
+            for entry in header.get("tensors") or []:
+                spec = TensorSpec.from_json(entry)
+                if known.get(spec.name) != spec:
+                    message = f"tensor {spec.name!r} in a bucket does not match the manifest"
+                    raise WeightSyncError(message, field=spec.name)
+                offset = entry.get("offset")
+                if not isinstance(offset, int) or offset < 0 or offset + spec.nbytes > nbytes:
+                    message = f"tensor {spec.name!r}: offset {offset!r} is outside its bucket"
+                    raise WeightSyncError(message, field=spec.name)
+                tensors.append((spec.name, _view(self._buffer, spec, offset)))
+            received += len(tensors)
+            yield tensors
+        if received != len(update.manifest):
+            raise WeightSyncError(
+                f"stream ended after {received} of {len(update.manifest)} tensors of the manifest", field="manifest"
+            )
+
+    async def _header(self, *allowed: str) -> dict[str, Any]:
+        raw = await self._read(_LEN.size, what=f"{'/'.join(allowed)} frame")
+        (length,) = _LEN.unpack(raw)
+        if length > MAX_HEADER_BYTES:
+            raise PayloadTooLargeError(f"frame header of {length} bytes exceeds {MAX_HEADER_BYTES}", field="header")
+        try:
+            header = json.loads(bytes(await self._read(length, what="frame header")))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise WeightSyncError(f"frame header is not valid JSON: {e}", field="header") from e
+        if not isinstance(header, dict) or header.get("type") not in allowed:
+            got = header.get("type") if isinstance(header, dict) else type(header).__name__
+            raise WeightSyncError(f"expected a {' or '.join(allowed)} frame, got {got!r}", field="header")
+        return header
+
+    async def _read(self, n: int, *, what: str) -> memoryview:
+        out = bytearray(n)
+        await self._read_into(memoryview(out), what=what)
+        return memoryview(out)
+
+    async def _read_into(self, view: memoryview, *, what: str = "bucket payload") -> None:
+        filled = 0
+        while filled < len(view):
+            if not self._pending:
+                try:
+                    chunk = await anext(self._chunks)
+                except StopAsyncIteration:
+                    raise WeightSyncError(
+                        f"stream truncated: needed {len(view) - filled} more bytes of the {what}", field="stream"
+                    ) from None
+                except Exception as e:  # the client went away (starlette's ClientDisconnect) or the stream broke
+                    raise WeightSyncError(f"stream broke while reading the {what}: {e!r}", field="stream") from e
+                self._pending = memoryview(chunk)
+                self.bytes_read += len(chunk)
+            take = min(len(self._pending), len(view) - filled)
+            view[filled : filled + take] = self._pending[:take]
+            self._pending = self._pending[take:]
+            filled += take
+
+
+def _view(buffer: bytearray, spec: TensorSpec, offset: int) -> torch.Tensor:
+    dtype = _DTYPES[spec.dtype]
+    if spec.numel == 0:
+        return torch.empty(spec.shape, dtype=dtype)
+    return torch.frombuffer(buffer, dtype=dtype, count=spec.numel, offset=offset).view(spec.shape)
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes | memoryview:
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    t = t.contiguous().reshape(-1)
+    if t.numel() == 0:
+        return b""
+    return memoryview(t.view(torch.uint8).numpy()).cast("B")
+
+
+def _frame(header: dict[str, Any]) -> bytes:
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    return _LEN.pack(len(raw)) + raw
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN

@@ -1,0 +1,73 @@
+"""Build a tiny random-weight causal LM folder (Qwen2 config + a locally built tokenizer), no download."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+__all__ = ["TINY_WORDS", "build_tiny_llm", "random_state_dict"]
+
+_WORDS = (
+    "the a an of to in and is are was be for on with as at by it this that from or not but what all were when "
+    "we there can more if no out so said up its about into than them only other new some could time these two "
+    "may then do first any my now such like our over man me even most made after also did many before must "
+    "through back years where much your way well down should because each just those people how too little "
+    "state good very make world still own see men work long get here between both life being under never day "
+    "same another know while last might us great old year off come since against go came right used take three"
+)
+TINY_WORDS = tuple(_WORDS.split())
+
+
+def build_tiny_llm(path: str | Path, *, hidden_size: int = 32, num_layers: int = 2, seed: int = 0) -> Path:
+    """Write a random Qwen2 causal LM and its word-level tokenizer to `path`; return the folder.
+
+    Args:
+        path (`str` or `Path`): output folder (created).
+        hidden_size (`int`, *optional*, defaults to `32`): model width.
+        num_layers (`int`, *optional*, defaults to `2`): decoder layers.
+        seed (`int`, *optional*, defaults to `0`): seed of the random weights.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    specials = ["<pad>", "<unk>", "<bos>", "<eos>"]
+    vocab = {tok: i for i, tok in enumerate(specials + list(dict.fromkeys(TINY_WORDS)))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    core.decoder = decoders.WordPiece()  # joins words with spaces
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<bos>", eos_token="<eos>"
+    )
+    tokenizer.save_pretrained(out)
+    config = Qwen2Config(
+        vocab_size=((len(vocab) + 63) // 64) * 64,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=vocab["<pad>"],
+        bos_token_id=vocab["<bos>"],
+        eos_token_id=vocab["<eos>"],
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    for p in model.parameters():  # wider than the default init, so outputs depend strongly on weights
+        torch.nn.init.normal_(p, std=0.5)
+    model.save_pretrained(out)
+    return out
+
+
+def random_state_dict(path: str | Path, *, seed: int) -> dict[str, torch.Tensor]:
+    """A new random state dict with the names and shapes of the model saved at `path`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    gen = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(v.shape, generator=gen) * 0.5 for k, v in model.state_dict().items()}
