@@ -81,7 +81,7 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Every dist's test suite in one environment (GPU tests skip without CUDA); posargs go to pytest."""
     _install_all_editable(session)
-    targets = session.posargs or [f"{d}/tests" for d in DIST_DIRS]
+    targets = session.posargs or [f"{d}/tests" for d in DIST_DIRS if (ROOT / d / "tests").is_dir()]
     session.run(
         "python",
         "-m",
@@ -91,6 +91,7 @@ def tests(session: nox.Session) -> None:
         "no:cacheprovider",
         *targets,
         env={"PYTHONWARNINGS": "always::DeprecationWarning"},
+        success_codes=[0, 5],  # 5: no tests collected (e.g. a posargs filter that matches nothing)
     )
 
 
