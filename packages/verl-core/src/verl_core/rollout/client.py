@@ -1,0 +1,130 @@
+"""`RolloutClient`: async HTTP client of one rollout server, every call bounded by a timeout."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any
+
+import httpx
+import torch
+
+from verl_core.rollout import errors
+from verl_core.rollout.errors import EngineTimeoutError, RolloutError, ServerDeadError
+from verl_core.rollout.weights import WeightKind, encode_weight_stream
+
+__all__ = ["RolloutClient"]
+
+_ERRORS: dict[str, type[RolloutError]] = {
+    name: getattr(errors, name) for name in errors.__all__ if name not in ("ServerDeadError",)
+}
+
+
+class RolloutClient:
+    """Talk to one `RolloutHttpServer` over HTTP; errors come back as the server's `RolloutError` types.
+
+    Args:
+        address (`str`): base URL, e.g. `http://127.0.0.1:8000`.
+        timeout_s (`float`, *optional*, defaults to `120.0`): timeout of every call (generate adds the request's).
+        weight_timeout_s (`float`, *optional*, defaults to `600.0`): timeout of `update_weights`.
+        rank (`int`, *optional*, defaults to `0`): the server's rank, named in `ServerDeadError`.
+    """
+
+    def __init__(self, address: str, *, timeout_s: float = 120.0, weight_timeout_s: float = 600.0, rank: int = 0):
+        self.address = address.rstrip("/")
+        self.rank = rank
+        self.timeout_s = timeout_s
+        self.weight_timeout_s = weight_timeout_s
+        self._http = httpx.AsyncClient(base_url=self.address, timeout=timeout_s, trust_env=False)
+
+    async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """POST /generate; returns the response fields."""
+        extra = float(request.get("timeout_s") or 0)
+        return await self._post("/generate", json=dict(request), timeout=self.timeout_s + extra)
+
+    async def abort(self, request_ids: list[str] | None = None) -> list[str]:
+        """POST /abort; returns the ids that were in flight."""
+        return (await self._post("/abort", json={"request_ids": request_ids}))["aborted"]
+
+    async def sleep(self, level: int | None = None) -> dict[str, Any]:
+        """POST /sleep."""
+        return await self._post("/sleep", json={"level": level})
+
+    async def wake_up(self, tags: list[str] | None = None) -> dict[str, Any]:
+        """POST /wake_up."""
+        return await self._post("/wake_up", json={"tags": tags})
+
+    async def update_weights(
+        self,
+        weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+        *,
+        version: int,
+        kind: WeightKind = "full",
+        peft_config: dict[str, Any] | None = None,
+        bucket_bytes: int = 256 << 20,
+    ) -> dict[str, Any]:
+        """Stream weights to POST /update_weights in buckets of `bucket_bytes` (see `verl_core.rollout.weights`)."""
+        stream = encode_weight_stream(
+            weights, version=version, kind=kind, peft_config=peft_config, bucket_bytes=bucket_bytes
+        )
+        return await self._post(
+            "/update_weights",
+            content=_aiter(stream),
+            headers={"content-type": "application/octet-stream"},
+            timeout=self.weight_timeout_s,
+        )
+
+    async def health(self) -> dict[str, Any]:
+        """GET /health."""
+        return await self._request("GET", "/health")
+
+    async def ready(self) -> bool:
+        """GET /ready: True when the server serves generates now."""
+        try:
+            await self._request("GET", "/ready")
+        except errors.NotReadyError:
+            return False
+        return True
+
+    async def metrics(self) -> dict[str, Any]:
+        """GET /metrics."""
+        return await self._request("GET", "/metrics")
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _post(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        return await self._request("POST", path, **kwargs)
+
+    async def _request(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> Any:
+        limit = timeout or self.timeout_s
+        try:
+            response = await self._http.request(method, path, timeout=limit, **kwargs)
+        except httpx.TimeoutException as e:
+            raise EngineTimeoutError(f"{method} {self.address}{path}: no answer within {limit:g} s") from e
+        except httpx.TransportError as e:
+            raise ServerDeadError(
+                f"rollout server rank {self.rank} at {self.address} is unreachable: {type(e).__name__}: {e}",
+                rank=self.rank,
+            ) from e
+        if response.status_code >= 400:
+            raise _error_from(response)
+        return response.json()
+
+
+def _error_from(response: httpx.Response) -> RolloutError:
+    try:
+        body = response.json().get("error") or {}
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {"message": str(body)}
+    cls = _ERRORS.get(body.get("type", ""), RolloutError)
+    error = cls(body.get("message") or f"HTTP {response.status_code}: {response.text[:200]}", field=body.get("field"))
+    error.status_code = response.status_code
+    return error
+
+
+async def _aiter(chunks: Iterator[bytes | memoryview]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk  # type: ignore[misc]

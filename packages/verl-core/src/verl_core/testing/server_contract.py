@@ -1,0 +1,288 @@
+"""The rollout server contract: a pytest suite every `RolloutHttpServer` backend must pass.
+
+Use it by subclassing `ServerContractSuite` in a test module (the subclass name must start with `Test`)
+and providing a class-scoped `backend` fixture that returns a `ContractBackend`::
+
+    class TestHFServerContract(ServerContractSuite):
+        @pytest.fixture(scope="class")
+        def backend(self, tmp_path_factory):
+            return ContractBackend(server_cls=HFHttpServer, config=..., request=..., new_weights=...)
+
+The suite covers: health/readiness, generate over HTTP and in Python, determinism for a seed,
+concurrent requests, abort, sleep/wake round trip, update_weights changing the output and the
+reported weight version, bad input answered with a 4xx naming the problem (the server keeps serving),
+a hung engine answered with a 504 within the configured time, and a clean shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.client import RolloutClient
+from verl_core.rollout.errors import NotReadyError, WeightSyncError
+from verl_core.rollout.protocol import GenerateRequest
+from verl_core.rollout.server import RolloutHttpServer, ServerState
+
+__all__ = ["ContractBackend", "ServerContractSuite", "hung_variant", "run"]
+
+_VOLATILE = {"request_id", "latency_s", "weight_version"}
+_UNKNOWN_KNOB = b'{"prompt_ids": [1], "sampling_params": {"no_such_knob": 1}}'
+
+
+def run(coro: Any) -> Any:
+    """Run a coroutine to completion from synchronous test code."""
+    return asyncio.run(coro)
+
+
+@dataclasses.dataclass
+class ContractBackend:
+    """What the contract suite needs to know about a backend.
+
+    Args:
+        server_cls (`type[RolloutHttpServer]`): the server class under test.
+        config (`RolloutConfig`): a config that launches it on this machine (port 0).
+        request (`dict`): a valid generate request with a fixed `seed`; its output must depend on the weights.
+        new_weights (`Callable[[int], Mapping[str, torch.Tensor]]`): weights for a seed, different from the
+            served ones (full model tensors, or LoRA tensors when `weight_kind == "lora"`).
+        long_request (`dict`): a request that runs long enough (>= ~0.2 s) to be aborted mid-way.
+        weight_kind (`str`, *optional*, defaults to `"full"`): kind of `new_weights`.
+        peft_config (`dict`, *optional*): PEFT config sent with LoRA weights.
+        outputs_of (`Callable[[dict], Any]`, *optional*): the part of a response that compares equal for equal
+            generations (defaults to the response without id, latency and weight version).
+    """
+
+    server_cls: type[RolloutHttpServer]
+    config: RolloutConfig
+    request: dict[str, Any]
+    new_weights: Callable[[int], Mapping[str, torch.Tensor]]
+    long_request: dict[str, Any]
+    weight_kind: str = "full"
+    peft_config: dict[str, Any] | None = None
+    outputs_of: Callable[[dict[str, Any]], Any] | None = None
+
+    def outputs(self, response: Mapping[str, Any]) -> Any:
+        """The comparable part of a response."""
+        if self.outputs_of is not None:
+            return self.outputs_of(dict(response))
+        return {k: v for k, v in response.items() if k not in _VOLATILE}
+
+
+def hung_variant(server_cls: type[RolloutHttpServer]) -> type[RolloutHttpServer]:
+    """A subclass of `server_cls` whose engine never answers a generate (for the timeout contract)."""
+
+    class HungEngine(server_cls):  # type: ignore[valid-type, misc]
+        async def _engine_generate(self, request_id: str, request: GenerateRequest, params: Any) -> dict[str, Any]:
+            await asyncio.sleep(3600)
+            raise AssertionError("unreachable")
+
+    HungEngine.__name__ = f"Hung{server_cls.__name__}"
+    return HungEngine
+
+
+async def _with_client(address: str, call: Callable[[RolloutClient], Awaitable[Any]]) -> Any:
+    client = RolloutClient(address, timeout_s=60)
+    try:
+        return await call(client)
+    finally:
+        await client.aclose()
+
+
+class ServerContractSuite:
+    """The contract tests; subclass it as `Test<Backend>ServerContract` and provide a `backend` fixture."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls) -> ContractBackend:
+        """The backend under test (subclasses override this fixture)."""
+        raise NotImplementedError("subclasses provide a class-scoped `backend` fixture returning ContractBackend")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def server(cls, backend: ContractBackend) -> Iterator[RolloutHttpServer]:
+        """One launched server shared by the class's tests."""
+        server = backend.server_cls(backend.config)
+        run(server.launch())
+        yield server
+        run(server.shutdown())
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def http(cls, server: RolloutHttpServer) -> Iterator[httpx.Client]:
+        """A synchronous HTTP client of `server`."""
+        with httpx.Client(base_url=server.address, timeout=60, trust_env=False) as client:
+            yield client
+
+    # ---- serving ------------------------------------------------------------------------------
+
+    def test_contract_health_and_readiness(self, server: RolloutHttpServer, http: httpx.Client) -> None:
+        """The server binds to loopback and answers /health and /ready."""
+        assert urllib.parse.urlparse(server.address).hostname == "127.0.0.1"
+        assert http.get("/health").json()["status"] == "ok"
+        ready = http.get("/ready")
+        assert ready.status_code == 200 and ready.json()["ready"] is True
+
+    def test_contract_generate_http_matches_python(self, backend: ContractBackend, server, http) -> None:
+        """Generate over HTTP and in Python give the same output and version."""
+        over_http = http.post("/generate", json=backend.request)
+        assert over_http.status_code == 200, over_http.text
+        body = over_http.json()
+        assert body["weight_version"] == server.weight_version
+        assert body["finish_reason"] in ("stop", "length")
+        in_process = run(server.generate(backend.request)).model_dump()
+        assert backend.outputs(body) == backend.outputs(in_process)
+
+    def test_contract_concurrent_requests(self, backend: ContractBackend, server) -> None:
+        """Concurrent requests all complete with their own ids."""
+        reqs = [{**backend.request, "request_id": f"concurrent-{i}"} for i in range(6)]
+        responses = run(_with_client(server.address, lambda c: asyncio.gather(*(c.generate(r) for r in reqs))))
+        assert sorted(r["request_id"] for r in responses) == [f"concurrent-{i}" for i in range(6)]
+        assert all(backend.outputs(r) == backend.outputs(responses[0]) for r in responses)  # same seed
+
+    def test_contract_abort_in_flight(self, backend: ContractBackend, server, http) -> None:
+        """Abort stops an in-flight request (reason 'abort'); unknown ids are ignored."""
+
+        async def abort_mid_way() -> tuple[dict[str, Any], list[str]]:
+            client = RolloutClient(server.address, timeout_s=60)
+            try:
+                task = asyncio.ensure_future(client.generate({**backend.long_request, "request_id": "to-abort"}))
+                for _ in range(2000):
+                    if "to-abort" in server._inflight:
+                        break
+                    await asyncio.sleep(0.001)
+                aborted = await client.abort(["to-abort", "not-in-flight"])
+                return await task, aborted
+            finally:
+                await client.aclose()
+
+        response, aborted = run(abort_mid_way())
+        assert aborted == ["to-abort"]
+        assert response["finish_reason"] == "abort"
+        assert http.post("/generate", json=backend.request).status_code == 200  # still serving
+
+    def test_contract_sleep_wake_round_trip(self, backend: ContractBackend, server, http) -> None:
+        """Sleep refuses generates with 503; wake restores the same outputs."""
+        before = http.post("/generate", json=backend.request).json()
+        assert http.post("/sleep", json={}).json()["state"] == ServerState.SLEEPING.value
+        assert http.get("/ready").status_code == 503
+        asleep = http.post("/generate", json=backend.request)
+        assert asleep.status_code == 503 and "wake_up" in asleep.json()["error"]["message"]
+        assert http.post("/wake_up", json={}).json()["state"] == ServerState.READY.value
+        after = http.post("/generate", json=backend.request).json()
+        assert backend.outputs(after) == backend.outputs(before)
+
+    def test_contract_update_weights_changes_output_and_version(self, backend: ContractBackend, server, http) -> None:
+        """New weights change the output; the version is reported."""
+        before = http.post("/generate", json=backend.request).json()
+        version = server.weight_version + 7
+
+        result = run(_with_client(server.address, lambda c: c.update_weights(
+            backend.new_weights(1), version=version, kind=backend.weight_kind,
+            peft_config=backend.peft_config, bucket_bytes=4096)))  # fmt: skip
+        assert result["weight_version"] == version and result["num_buckets"] > 1
+        after = http.post("/generate", json=backend.request).json()
+        assert after["weight_version"] == version
+        assert backend.outputs(after) != backend.outputs(before)
+        again = run(server.update_weights(backend.new_weights(1), version=version + 1, kind=backend.weight_kind,
+                                          peft_config=backend.peft_config))  # fmt: skip
+        assert again.weight_version == version + 1
+        assert backend.outputs(run(server.generate(backend.request)).model_dump()) == backend.outputs(after)
+
+    # ---- bad input ----------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        ("mutate", "status", "names"),
+        [
+            pytest.param(lambda w: {**w, "not.a.tensor": torch.zeros(2)}, 422, "not.a.tensor", id="unknown-name"),
+            pytest.param("wrong-shape", 422, None, id="wrong-shape"),
+        ],
+    )
+    def test_contract_update_weights_rejects_bad_tensors(self, backend, server, http, mutate, status, names) -> None:
+        """A wrong tensor name or shape is a 422 naming it; serving goes on."""
+        weights = dict(backend.new_weights(2))
+        if mutate == "wrong-shape":
+            names = next(iter(weights))
+            weights[names] = torch.zeros(*weights[names].shape, 3)
+        else:
+            weights = mutate(weights)
+        version = server.weight_version
+        with pytest.raises(WeightSyncError, match=names) as info:
+            run(_with_client(server.address, lambda c: c.update_weights(
+                weights, version=version + 1, kind=backend.weight_kind, peft_config=backend.peft_config)))  # fmt: skip
+        assert info.value.status_code == status and info.value.field == names
+        assert server.weight_version == version
+        assert http.post("/generate", json=backend.request).status_code == 200
+
+    @pytest.mark.parametrize(
+        ("body", "status", "needle"),
+        [
+            pytest.param(b"{not json", 400, "malformed JSON", id="malformed-json"),
+            pytest.param(b'{"prompt_ids": [1], "colour": 1}', 422, "colour", id="unknown-field"),
+            pytest.param(b'{"prompt_ids": "abc"}', 422, "prompt_ids", id="wrong-type"),
+            pytest.param(b'{"prompt_ids": [1], "seed": -1}', 422, "seed", id="negative-seed"),
+            pytest.param(b"{}", 422, "exactly one", id="no-prompt"),
+            pytest.param(_UNKNOWN_KNOB, 422, "no_such_knob", id="unknown-sampling-param"),
+        ],
+    )
+    def test_contract_bad_generate_request_is_4xx(self, backend, server, http, body, status, needle) -> None:
+        """Malformed or invalid generate bodies get a 4xx naming the problem."""
+        response = http.post("/generate", content=body, headers={"content-type": "application/json"})
+        assert response.status_code == status, response.text
+        assert needle in response.json()["error"]["message"]
+        assert http.post("/generate", json=backend.request).status_code == 200
+
+    def test_contract_oversize_request_is_413(self, backend: ContractBackend, server, http) -> None:
+        """A body over max_request_bytes is a 413; serving goes on."""
+        huge = b'{"prompt": "' + b"a" * (server.config.max_request_bytes + 10) + b'"}'
+        response = http.post("/generate", content=huge, headers={"content-type": "application/json"})
+        assert response.status_code == 413 and "max_request_bytes" in response.json()["error"]["message"]
+        assert http.post("/generate", json=backend.request).status_code == 200
+
+    def test_contract_metrics(self, server, http) -> None:
+        """/metrics reports counters, latency percentiles and the weight version."""
+        metrics = http.get("/metrics").json()
+        assert metrics["counters"].get("generate_length", 0) + metrics["counters"].get("generate_stop", 0) >= 1
+        assert metrics["weight_version"] == server.weight_version
+        assert metrics["generate_latency_s"]["p50"] > 0
+
+    # ---- faults and shutdown (own servers) ----------------------------------------------------
+
+    def test_contract_hung_engine_times_out(self, backend: ContractBackend) -> None:
+        """A hung engine answers 504 within request_timeout_s; health stays up."""
+        config = dataclasses.replace(backend.config, request_timeout_s=0.5)
+        server = hung_variant(backend.server_cls)(config)
+        run(server.launch())
+        try:
+            with httpx.Client(base_url=server.address, timeout=30, trust_env=False) as http:
+                start = time.perf_counter()
+                response = http.post("/generate", json=backend.request)
+                elapsed = time.perf_counter() - start
+                assert response.status_code == 504 and "request_timeout_s" in response.json()["error"]["message"]
+                assert elapsed < 10
+                assert http.get("/health").status_code == 200  # the server still answers
+                assert not server._inflight
+        finally:
+            run(server.shutdown())
+
+    def test_contract_clean_shutdown(self, backend: ContractBackend) -> None:
+        """Shutdown closes the port, later calls raise NotReadyError, repeat is a no-op."""
+        server = backend.server_cls(backend.config)
+        run(server.launch())
+        host, port = urllib.parse.urlparse(server.address).hostname, urllib.parse.urlparse(server.address).port
+        run(server.shutdown())
+        assert server.state is ServerState.STOPPED
+        with pytest.raises(OSError), socket.create_connection((host, port), timeout=2):
+            pass
+        with pytest.raises(NotReadyError, match="launch"):
+            run(server.generate(backend.request))
+        run(server.shutdown())  # idempotent
