@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -29,6 +30,8 @@ from torch.distributed.checkpoint.state_dict import (
 __all__ = ["load_engine_checkpoint", "save_engine_checkpoint"]
 
 _OPTS = StateDictOptions(ignore_frozen_params=True)
+# frozen (base) weights are not saved when a LoRA is trained: load non-strictly, then check what is missing
+_LOAD_OPTS = StateDictOptions(ignore_frozen_params=True, strict=False)
 
 
 def save_engine_checkpoint(
@@ -89,10 +92,19 @@ def load_engine_checkpoint(
     if "model" in contents:
         state = get_model_state_dict(model, options=_OPTS)
         dcp.load(state, checkpoint_id=str(root / "model"))
-        set_model_state_dict(model, state, options=_OPTS)
+        result = set_model_state_dict(model, state, options=_LOAD_OPTS)
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        missing = sorted(set(result.missing_keys) & trainable)
+        if missing or result.unexpected_keys:
+            raise ValueError(
+                f"{root}/model: does not match the engine's trainable weights; missing {missing[:5]}, "
+                f"unexpected {sorted(result.unexpected_keys)[:5]} (was it saved with another LoRA / model config?)"
+            )
     if "optimizer" in contents and optimizer is not None:
         state = get_optimizer_state_dict(model, optimizer, options=_OPTS)
-        dcp.load(state, checkpoint_id=str(root / "optim"))
+        # params that never received a gradient (e.g. the unused text output of the last block) have no AdamW
+        # state in the saved optimizer, while the fresh one is initialised for every param: load what exists
+        dcp.load(state, checkpoint_id=str(root / "optim"), planner=DefaultLoadPlanner(allow_partial_load=True))
         set_optimizer_state_dict(model, optimizer, state, options=_OPTS)
     step = None
     if "extra" in contents:

@@ -291,7 +291,7 @@ class DiffusersFSDPEngine:
         Returns:
             Metrics averaged over ranks (min/max over ranks for `*_min`/`*_max`): `actor/pg_loss`,
             `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/approx_kl`, `actor/ratio_mean|min|max`, `actor/grad_norm`,
-            `actor/lr`, `actor/kl_loss` (with KL), `actor/rollout_logprob_diff_mean|max` (when `log_probs` given).
+            `actor/lr` (of the last optimizer step), `actor/kl_loss` (with KL), `actor/rollout_logprob_diff_mean|max` (when `log_probs` given).
 
         Raises:
             ValueError: the engine is `forward_only`, a required key is missing, or the batch does not split.
@@ -309,6 +309,7 @@ class DiffusersFSDPEngine:
         ratio_max = torch.full((), float("-inf"), device=self.device)
         n_terms = 0
         grad_norms = []
+        lr = self.optimizer.param_groups[0]["lr"]
         self.module.train()
         for epoch in range(self.config.ppo_epochs):
             for mini in self._mini_batches(batch, epoch):
@@ -347,12 +348,13 @@ class DiffusersFSDPEngine:
                         ratio_min = torch.minimum(ratio_min, res.metrics["ratio_min"])
                         ratio_max = torch.maximum(ratio_max, res.metrics["ratio_max"])
                         n_terms += 1
+                lr = self.optimizer.param_groups[0]["lr"]  # the lr this optimizer step uses
                 grad_norms.append(self._clip_and_step())
         metrics = {f"actor/{name}": total / n_terms for name, total in acc.items()}
         metrics["actor/ratio_min"] = ratio_min
         metrics["actor/ratio_max"] = ratio_max
         metrics["actor/grad_norm"] = torch.stack(grad_norms).mean()
-        metrics["actor/lr"] = torch.tensor(self.optimizer.param_groups[0]["lr"])
+        metrics["actor/lr"] = torch.tensor(lr)
         if "log_probs" in batch:
             diffs = rollout_consistency_metrics(batch["old_log_probs"], batch["log_probs"])
             metrics["actor/rollout_logprob_diff_mean"] = diffs["rollout_logprob_diff_mean"]

@@ -43,7 +43,7 @@ def _binding_error(module: nn.Module, config: DiffusionModelConfig, cause: str) 
     known = _linear_names(module)
     return LoRABindingError(
         f"actor_rollout_ref.model.target_modules={config.target_modules!r} "
-        f"(exclude_modules={config.exclude_modules!r}) bound no module of {type(module).__name__}: {cause}. "
+        f"(exclude_modules={config.exclude_modules!r}) bound no module of {type(module).__name__}: {cause.rstrip('.')}. "
         f"Its linear module names are: {', '.join(known)}; set target_modules to some of them or 'all-linear'."
     )
 

@@ -1,0 +1,194 @@
+"""Tests for `verl_omni.engine.DiffusersFSDPEngine` on one process (gloo, CPU, fp32) with tiny pipelines."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verl_omni.engine import LoRABindingError
+
+from .conftest import sample_trajectory
+
+
+def _with_update_keys(traj, old_log_probs, seed=0):
+    batch = traj.clone()
+    batch["old_log_probs"] = old_log_probs
+    gen = torch.Generator().manual_seed(seed)
+    batch["advantages"] = torch.randn(batch.batch_size[0], generator=gen)
+    return batch
+
+
+def _params(engine):
+    return {n: p.detach().full_tensor().clone() for n, p in engine.module.named_parameters()}
+
+
+def _grads(engine):
+    return {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize(
+    ("pipe_fixture", "guidance_scale"),
+    [
+        pytest.param("tiny_qwen_image_pipe", 1.0, id="qwen"),
+        pytest.param("tiny_qwen_image_pipe", 4.0, id="qwen-true-cfg"),
+        pytest.param("tiny_sd3_pipe", 4.5, id="sd3-cfg"),
+    ],
+)
+def test_engine_log_probs_match_sampler_and_first_update_is_on_policy(
+    request, make_engine, pipe_fixture, guidance_scale
+):
+    pipe = request.getfixturevalue(pipe_fixture)
+    traj = sample_trajectory(pipe, guidance_scale=guidance_scale)
+    path = request.getfixturevalue(pipe_fixture.replace("_pipe", "_path"))
+    engine = make_engine(path=path, actor={"rollout_n": 2, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2,
+                                           "fsdp_config": {"dtype": "float32"}})  # fmt: skip
+    old = engine.compute_log_prob(traj)["old_log_probs"]
+    assert old.shape == traj["log_probs"].shape and old.dtype == torch.float32
+    assert (old - traj["log_probs"]).abs().max().item() < 1e-5
+    # the sampler's log-probs as the behaviour policy: the first update must see ratio 1
+    metrics = engine.update_policy(_with_update_keys(traj, traj["log_probs"]))
+    assert abs(metrics["actor/ratio_mean"] - 1.0) < 1e-6
+    assert abs(metrics["actor/ppo_kl"]) < 1e-6
+    assert metrics["actor/pg_clipfrac"] == 0.0
+    assert metrics["actor/rollout_logprob_diff_max"] < 1e-5
+    assert metrics["actor/grad_norm"] > 0
+
+
+def test_engine_loss_is_mean_over_micro_batches_and_steps(make_engine, qwen_trajectory):
+    """One micro-batch of 4 and four of 1 give the same update (loss scaled by micro/mini/K)."""
+    results = []
+    for micro in (4, 1):
+        # eps 1e-6: Adam's first step is ~lr·g/|g|, which amplifies fp32 summation-order noise of tiny gradients
+        engine = make_engine(actor={"rollout_n": 2, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": micro,
+                                    "optim": {"lr": 1e-3, "eps": 1e-6}, "fsdp_config": {"dtype": "float32"}})  # fmt: skip
+        old = engine.compute_log_prob(qwen_trajectory)["old_log_probs"]
+        metrics = engine.update_policy(_with_update_keys(qwen_trajectory, old))
+        results.append((metrics, _params(engine), _grads(engine)))
+    (m4, p4, g4), (m1, p1, g1) = results
+    assert m4["actor/pg_loss"] == pytest.approx(m1["actor/pg_loss"], rel=1e-6)
+    assert m4["actor/grad_norm"] == pytest.approx(m1["actor/grad_norm"], rel=1e-5)
+    for name in g4:
+        torch.testing.assert_close(g4[name], g1[name], atol=1e-8, rtol=1e-4, msg=name)
+    for name in p4:
+        torch.testing.assert_close(p4[name], p1[name], atol=1e-6, rtol=0, msg=name)
+
+
+def test_engine_full_finetune_changes_every_block_and_lr_schedule(make_engine, qwen_trajectory):
+    engine = make_engine(actor={"rollout_n": 2, "ppo_mini_batch_size": 1, "ppo_micro_batch_size_per_gpu": 2,
+                                "optim": {"lr": 1e-3, "lr_warmup_steps": 4}, "fsdp_config": {"dtype": "float32"}})  # fmt: skip
+    assert engine.num_lora_modules == 0 and engine.num_sharded_blocks == 2
+    before = _params(engine)
+    old = engine.compute_log_prob(qwen_trajectory)["old_log_probs"]
+    metrics = engine.update_policy(_with_update_keys(qwen_trajectory, old))
+    assert engine.global_step == 2  # two mini-batches of 2 images
+    assert metrics["actor/lr"] == pytest.approx(1e-3 * 2 / 4)  # the 2nd step of a 4-step linear warm-up
+    after = _params(engine)
+    changed = [n for n in before if not torch.equal(before[n], after[n])]
+    assert any(n.startswith("transformer_blocks.0.") for n in changed)
+    assert any(n.startswith("transformer_blocks.1.") for n in changed)
+
+
+def test_engine_lora_binds_modules_and_trains_only_lora(make_engine, qwen_trajectory):
+    engine = make_engine(model={"lora_rank": 4, "lora_alpha": 8})
+    assert engine.num_lora_modules > 0
+    trainable = [n for n, p in engine.module.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    before = _params(engine)
+    old = engine.compute_log_prob(qwen_trajectory)["old_log_probs"]
+    engine.update_policy(_with_update_keys(qwen_trajectory, old))
+    after = _params(engine)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert changed and all("lora_" in n for n in changed)
+
+
+def test_engine_lora_binding_nothing_is_an_error_listing_module_names(make_engine):
+    with pytest.raises(
+        LoRABindingError,
+        match=r"target_modules=\['not_a_layer'\].*bound no module.*linear module names are: .*to_k, to_q",
+    ):
+        make_engine(model={"lora_rank": 4, "target_modules": ["not_a_layer"]})
+
+
+def test_engine_reference_disables_lora_and_kl_loss(make_engine, qwen_trajectory):
+    actor = {"rollout_n": 2, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 4, "use_kl_loss": True,
+             "kl_loss_coef": 0.04, "optim": {"lr": 5e-2}, "fsdp_config": {"dtype": "float32"}}  # fmt: skip
+    engine = make_engine(model={"lora_rank": 4, "lora_alpha": 8}, actor=actor)
+    base = make_engine(actor={"fsdp_config": {"dtype": "float32", "forward_only": True}})
+    ref = base.compute_ref_log_prob(qwen_trajectory)
+    assert ref["ref_prev_sample_mean"].shape == (4, 2, *qwen_trajectory["latents"].shape[2:])
+    batch = _with_update_keys(qwen_trajectory, engine.compute_log_prob(qwen_trajectory)["old_log_probs"])
+    batch.update(ref.select("ref_prev_sample_mean"))
+    first = engine.update_policy(batch)
+    assert first["actor/kl_loss"] < 1e-12  # lora_B starts at zero: policy == reference
+    second = engine.update_policy(batch)
+    assert second["actor/kl_loss"] > 0.0
+    # adapters disabled == the base model, exactly; enabled differs after training
+    torch.testing.assert_close(engine.compute_ref_log_prob(qwen_trajectory)["ref_log_probs"], ref["ref_log_probs"])
+    assert not torch.equal(engine.compute_log_prob(qwen_trajectory)["old_log_probs"], ref["ref_log_probs"])
+
+
+def test_engine_full_finetune_has_no_reference_in_place(make_engine, qwen_trajectory):
+    engine = make_engine()
+    with pytest.raises(ValueError, match=r"build a second engine with actor\.fsdp_config\.forward_only=true"):
+        engine.compute_ref_log_prob(qwen_trajectory)
+
+
+def test_engine_export_lora_and_full_weights(make_engine, tiny_qwen_image_path):
+    from diffusers import AutoModel
+
+    lora = make_engine(model={"lora_rank": 4, "lora_alpha": 8})
+    tensors = lora.export_weights(dtype=torch.bfloat16)
+    assert len(tensors) == 2 * lora.num_lora_modules
+    assert all(".default." not in k and (".lora_A." in k or ".lora_B." in k) for k in tensors)
+    assert all(t.dtype == torch.bfloat16 and t.device.type == "cpu" for t in tensors.values())
+    a = tensors["transformer_blocks.0.attn.to_q.lora_A.weight"]
+    assert a.shape == (4, lora.module.transformer_blocks[0].attn.to_q.in_features)
+
+    full = make_engine().export_weights()
+    plain = AutoModel.from_pretrained(str(tiny_qwen_image_path), subfolder="transformer").state_dict()
+    assert set(full) == set(plain)
+    for name, value in plain.items():
+        assert torch.equal(full[name], value), name
+
+
+def test_engine_checkpoint_round_trip_next_update_bit_identical(make_engine, qwen_trajectory, tmp_path):
+    actor = {"rollout_n": 2, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2, "shuffle": True,
+             "optim": {"lr": 1e-3, "lr_warmup_steps": 3}, "fsdp_config": {"dtype": "float32"}}  # fmt: skip
+    model = {"lora_rank": 4, "lora_alpha": 8}
+    engine = make_engine(actor=actor, model=model)
+    batch = _with_update_keys(qwen_trajectory, engine.compute_log_prob(qwen_trajectory)["old_log_probs"])
+    engine.update_policy(batch)
+    engine.save_checkpoint(tmp_path / "ckpt")
+    torch.manual_seed(1234)  # the checkpoint restores the RNG, whatever happened in between
+    expected_metrics = engine.update_policy(batch)
+    expected = _params(engine)
+
+    fresh = make_engine(actor=actor, model=model)
+    assert fresh.load_checkpoint(tmp_path / "ckpt") == 1
+    metrics = fresh.update_policy(batch)
+    assert metrics == expected_metrics
+    got = _params(fresh)
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+
+
+@pytest.mark.parametrize(
+    ("actor", "pattern"),
+    [
+        ({"fsdp_config": {"param_offload": True}}, r"CPU offload needs a CUDA device"),
+        ({"fsdp_config": {"fsdp_size": 3}}, r"fsdp_size: expected -1 or the world size 1, got 3"),
+    ],
+)
+def test_engine_rejects_bad_engine_config(make_engine, actor, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        make_engine(actor=actor)
+
+
+def test_engine_update_rejects_missing_keys_and_forward_only(make_engine, qwen_trajectory):
+    engine = make_engine(actor={"use_kl_loss": True, "fsdp_config": {"dtype": "float32"}})
+    batch = _with_update_keys(qwen_trajectory, qwen_trajectory["log_probs"])
+    with pytest.raises(ValueError, match=r"batch lacks \['ref_prev_sample_mean'\]"):
+        engine.update_policy(batch)
+    frozen = make_engine(actor={"fsdp_config": {"dtype": "float32", "forward_only": True}})
+    with pytest.raises(ValueError, match=r"forward_only=true"):
+        frozen.update_policy(batch)
