@@ -54,7 +54,7 @@ def test_trajectory_layout(model, pipe, tiny_sampling_config):
     assert traj["prompt_index"].tolist() == [0, 0, 1, 1]
     torch.testing.assert_close(traj["timesteps"], traj["sigmas"] * 1000)
     for key in pipe.adapter.cond_keys + pipe.adapter.negative_cond_keys:
-        assert key in traj.keys()
+        assert key in set(traj.keys())
     assert torch.isfinite(traj["log_probs"]).all()
 
 
@@ -100,7 +100,7 @@ def test_same_seed_is_bit_identical(pipe, tiny_sampling_config):
     a = pipe.generate_with_logprob(PROMPTS, cfg)
     b = pipe.generate_with_logprob(PROMPTS, cfg)
     assert torch.equal(a.images, b.images)
-    for key in a.trajectory.keys():
+    for key in list(a.trajectory.keys()):
         assert torch.equal(a.trajectory[key], b.trajectory[key]), key
     c = pipe.generate_with_logprob(PROMPTS, cfg.evolve(seed=8))
     assert not torch.equal(a.trajectory["latents"], c.trajectory["latents"])

@@ -8,7 +8,11 @@ from verl_omni.pipelines.logprob import (
 )
 from verl_omni.pipelines.sampling import LogProbPipelineOutput, make_generators, sample_with_logprob
 
+LOGPROB_PIPELINES = {"qwen_image": QwenImagePipelineWithLogProb, "sd3": StableDiffusion3PipelineWithLogProb}
+"""Log-prob pipeline class per registered adapter name."""
+
 __all__ = [
+    "LOGPROB_PIPELINES",
     "DiffusionSamplingConfig",
     "LogProbPipelineMixin",
     "LogProbPipelineOutput",

@@ -1,0 +1,175 @@
+"""`DiffusersRolloutEngine`: the embedded, in-process rollout engine (a log-prob pipeline plus weight sync)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from verl_omni.models.base import get_class
+from verl_omni.pipelines import LOGPROB_PIPELINES, DiffusionSamplingConfig
+
+__all__ = ["DiffusersRolloutEngine"]
+
+_PREFIXES = ("base_model.model.", "transformer.", "module.", "_fsdp_wrapped_module.")
+
+
+def _strip(name: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        for p in _PREFIXES:
+            if name.startswith(p):
+                name, changed = name[len(p) :], True
+    return name
+
+
+class DiffusersRolloutEngine:
+    """Loads a diffusers pipeline folder in-process and generates FlowGRPO trajectories.
+
+    Args:
+        model_path (`str` or `pathlib.Path`): a pipeline folder (`model_index.json` + components).
+        device (`str` or `torch.device`, defaults to `"cpu"`): where the pipeline runs.
+        dtype (`torch.dtype`, defaults to float32): weights dtype (bf16 on GPUs); trajectories stay float32.
+        sampling (`DiffusionSamplingConfig`, *optional*): default sampling parameters of `generate`.
+        external_lib (`str`, *optional*): module that registers extra model adapters (imported once).
+
+    Raises:
+        KeyError: the folder's `_class_name` has no registered adapter (lists the registered names).
+    """
+
+    def __init__(
+        self,
+        model_path: str | pathlib.Path,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        sampling: DiffusionSamplingConfig | None = None,
+        external_lib: str | None = None,
+    ) -> None:
+        self.model_path = pathlib.Path(model_path)
+        class_name = json.loads((self.model_path / "model_index.json").read_text())["_class_name"]
+        adapter_cls = get_class(class_name, external_lib)
+        pipeline_cls = LOGPROB_PIPELINES.get(adapter_cls.name)
+        if pipeline_cls is None:
+            raise KeyError(
+                f"model name: no log-prob pipeline for {adapter_cls.name!r}; known: {sorted(LOGPROB_PIPELINES)}"
+            )
+        self.device = torch.device(device)
+        self.pipeline = pipeline_cls.from_pretrained(self.model_path, dtype=dtype).to(self.device)
+        self.pipeline.set_progress_bar_config(disable=True)
+        self.sampling = sampling or DiffusionSamplingConfig()
+        self.weight_version = 0
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        """The denoiser the pipeline samples with (weights are updated in place)."""
+        return self.pipeline.transformer
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[str],
+        sampling: DiffusionSamplingConfig | None = None,
+        generator: torch.Generator | list[torch.Generator] | None = None,
+    ) -> TensorDict:
+        """Generate `n` images per prompt; return the trajectory TensorDict (images under `"images"`)."""
+        out = self.pipeline.generate_with_logprob(prompts, sampling or self.sampling, generator)
+        return out.trajectory
+
+    # ---- weight sync ------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def update_weights(
+        self,
+        weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+        *,
+        lora_config: Any = None,
+        adapter_name: str = "default",
+    ) -> int:
+        """Load full transformer weights, or LoRA weights when `lora_config` is given, from in-memory tensors.
+
+        Args:
+            weights: `{name: tensor}` or `(name, tensor)` pairs; names as in the transformer's state dict or
+                peft's `get_peft_model_state_dict` (prefixes `base_model.model.` / `transformer.` are stripped).
+            lora_config (`peft.LoraConfig` or `dict`, *optional*): when given, the tensors are LoRA weights; the
+                adapter is added on first use and its weights replaced on later calls.
+            adapter_name (`str`, defaults to `"default"`): the peft adapter name.
+
+        Returns:
+            The number of tensors loaded.
+
+        Raises:
+            KeyError: a tensor name matches no parameter (names the first unknown ones and close known ones).
+            ValueError: a shape mismatch, or a LoRA config that wraps no module.
+        """
+        items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+        if lora_config is not None:
+            self._ensure_lora(lora_config, adapter_name)
+        params = self._param_index(adapter_name, lora=lora_config is not None)
+        unknown = [n for n, _ in items if _strip(n) not in params]
+        if unknown:
+            sample = sorted(params)[:5]
+            raise KeyError(f"weights: {len(unknown)} names match no parameter, e.g. {unknown[:3]}; known e.g. {sample}")
+        for name, tensor in items:
+            param = params[_strip(name)]
+            if tuple(param.shape) != tuple(tensor.shape):
+                raise ValueError(f"weights[{name!r}]: shape {tuple(tensor.shape)} != parameter {tuple(param.shape)}")
+            param.copy_(tensor.to(device=param.device, dtype=param.dtype))
+        self.weight_version += 1
+        return len(items)
+
+    def _ensure_lora(self, lora_config: Any, adapter_name: str) -> None:
+        from peft import LoraConfig
+
+        transformer = self.transformer
+        if adapter_name in (getattr(transformer, "peft_config", None) or {}):
+            return
+        cfg = lora_config if isinstance(lora_config, LoraConfig) else LoraConfig(**dict(lora_config))
+        names = [n for n, _ in transformer.named_modules() if n][:8]
+        message = (
+            f"lora_config.target_modules: {cfg.target_modules!r} wraps no module of the transformer; "
+            f"module names look like {names}"
+        )
+        try:
+            transformer.add_adapter(cfg, adapter_name=adapter_name)
+        except ValueError as e:
+            (getattr(transformer, "peft_config", None) or {}).pop(adapter_name, None)
+            raise ValueError(f"{message} ({e})") from e
+        if not any(f"lora_A.{adapter_name}." in n for n, _ in transformer.named_parameters()):
+            raise ValueError(message)
+
+    def _param_index(self, adapter_name: str, *, lora: bool) -> dict[str, torch.Tensor]:
+        index: dict[str, torch.Tensor] = {}
+        if not lora:  # persistent buffers (e.g. SD3's pos_embed) are part of a full state dict
+            index.update(self.transformer.state_dict(keep_vars=True))
+            index = {k: v for k, v in index.items() if ".lora_" not in k}
+            index.update({k.replace(".base_layer.", "."): v for k, v in index.items() if ".base_layer." in k})
+        for name, param in self.transformer.named_parameters():
+            is_lora = ".lora_" in name
+            if is_lora != lora:
+                if not lora and ".base_layer." in name:
+                    index[name.replace(".base_layer.", ".")] = param
+                continue
+            if lora:
+                if f".{adapter_name}." not in name:
+                    continue
+                name = name.replace(f".{adapter_name}.", ".")
+            index[name] = param
+        return index
+
+    # ---- memory -----------------------------------------------------------------------------------
+
+    def sleep(self) -> None:
+        """Move the pipeline to the CPU and release cached accelerator memory."""
+        self.pipeline.to("cpu")
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def wake_up(self) -> None:
+        """Move the pipeline back to its device."""
+        self.pipeline.to(self.device)
