@@ -18,6 +18,18 @@ def _with_update_keys(traj, old_log_probs, seed=0):
     return batch
 
 
+def _actor(mini=2, micro=2, lr=1e-3, optim=None, fsdp=None, **extra):
+    """Actor config dict: groups of 2 images, fp32 compute, AdamW without weight decay unless overridden."""
+    return {
+        "rollout_n": 2,
+        "ppo_mini_batch_size": mini,
+        "ppo_micro_batch_size_per_gpu": micro,
+        "optim": {"lr": lr, "weight_decay": 0.0, **(optim or {})},
+        "fsdp_config": {"dtype": "float32", **(fsdp or {})},
+        **extra,
+    }
+
+
 def _params(engine):
     return {n: p.detach().full_tensor().clone() for n, p in engine.module.named_parameters()}
 
@@ -40,8 +52,7 @@ def test_engine_log_probs_match_sampler_and_first_update_is_on_policy(
     pipe = request.getfixturevalue(pipe_fixture)
     traj = sample_trajectory(pipe, guidance_scale=guidance_scale)
     path = request.getfixturevalue(pipe_fixture.replace("_pipe", "_path"))
-    engine = make_engine(path=path, actor={"rollout_n": 2, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2,
-                                           "fsdp_config": {"dtype": "float32"}})  # fmt: skip
+    engine = make_engine(path=path, actor=_actor())
     old = engine.compute_log_prob(traj)["old_log_probs"]
     assert old.shape == traj["log_probs"].shape and old.dtype == torch.float32
     assert (old - traj["log_probs"]).abs().max().item() < 1e-5
@@ -59,8 +70,7 @@ def test_engine_loss_is_mean_over_micro_batches_and_steps(make_engine, qwen_traj
     results = []
     for micro in (4, 1):
         # eps 1e-6: Adam's first step is ~lr·g/|g|, which amplifies fp32 summation-order noise of tiny gradients
-        engine = make_engine(actor={"rollout_n": 2, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": micro,
-                                    "optim": {"lr": 1e-3, "eps": 1e-6}, "fsdp_config": {"dtype": "float32"}})  # fmt: skip
+        engine = make_engine(actor=_actor(micro=micro, optim={"eps": 1e-6}))
         old = engine.compute_log_prob(qwen_trajectory)["old_log_probs"]
         metrics = engine.update_policy(_with_update_keys(qwen_trajectory, old))
         results.append((metrics, _params(engine), _grads(engine)))
@@ -74,8 +84,7 @@ def test_engine_loss_is_mean_over_micro_batches_and_steps(make_engine, qwen_traj
 
 
 def test_engine_full_finetune_changes_every_block_and_lr_schedule(make_engine, qwen_trajectory):
-    engine = make_engine(actor={"rollout_n": 2, "ppo_mini_batch_size": 1, "ppo_micro_batch_size_per_gpu": 2,
-                                "optim": {"lr": 1e-3, "lr_warmup_steps": 4}, "fsdp_config": {"dtype": "float32"}})  # fmt: skip
+    engine = make_engine(actor=_actor(mini=1, optim={"lr_warmup_steps": 4}))
     assert engine.num_lora_modules == 0 and engine.num_sharded_blocks == 2
     before = _params(engine)
     old = engine.compute_log_prob(qwen_trajectory)["old_log_probs"]
@@ -110,10 +119,9 @@ def test_engine_lora_binding_nothing_is_an_error_listing_module_names(make_engin
 
 
 def test_engine_reference_disables_lora_and_kl_loss(make_engine, qwen_trajectory):
-    actor = {"rollout_n": 2, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 4, "use_kl_loss": True,
-             "kl_loss_coef": 0.04, "optim": {"lr": 5e-2}, "fsdp_config": {"dtype": "float32"}}  # fmt: skip
+    actor = _actor(micro=4, lr=5e-2, use_kl_loss=True, kl_loss_coef=0.04)
     engine = make_engine(model={"lora_rank": 4, "lora_alpha": 8}, actor=actor)
-    base = make_engine(actor={"fsdp_config": {"dtype": "float32", "forward_only": True}})
+    base = make_engine(actor=_actor(fsdp={"forward_only": True}))
     ref = base.compute_ref_log_prob(qwen_trajectory)
     assert ref["ref_prev_sample_mean"].shape == (4, 2, *qwen_trajectory["latents"].shape[2:])
     batch = _with_update_keys(qwen_trajectory, engine.compute_log_prob(qwen_trajectory)["old_log_probs"])
@@ -152,8 +160,7 @@ def test_engine_export_lora_and_full_weights(make_engine, tiny_qwen_image_path):
 
 
 def test_engine_checkpoint_round_trip_next_update_bit_identical(make_engine, qwen_trajectory, tmp_path):
-    actor = {"rollout_n": 2, "ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2, "shuffle": True,
-             "optim": {"lr": 1e-3, "lr_warmup_steps": 3}, "fsdp_config": {"dtype": "float32"}}  # fmt: skip
+    actor = _actor(shuffle=True, optim={"lr_warmup_steps": 3})
     model = {"lora_rank": 4, "lora_alpha": 8}
     engine = make_engine(actor=actor, model=model)
     batch = _with_update_keys(qwen_trajectory, engine.compute_log_prob(qwen_trajectory)["old_log_probs"])
@@ -185,10 +192,10 @@ def test_engine_rejects_bad_engine_config(make_engine, actor, pattern):
 
 
 def test_engine_update_rejects_missing_keys_and_forward_only(make_engine, qwen_trajectory):
-    engine = make_engine(actor={"use_kl_loss": True, "fsdp_config": {"dtype": "float32"}})
+    engine = make_engine(actor=_actor(use_kl_loss=True))
     batch = _with_update_keys(qwen_trajectory, qwen_trajectory["log_probs"])
     with pytest.raises(ValueError, match=r"batch lacks \['ref_prev_sample_mean'\]"):
         engine.update_policy(batch)
-    frozen = make_engine(actor={"fsdp_config": {"dtype": "float32", "forward_only": True}})
+    frozen = make_engine(actor=_actor(fsdp={"forward_only": True}))
     with pytest.raises(ValueError, match=r"forward_only=true"):
         frozen.update_policy(batch)

@@ -291,7 +291,8 @@ class DiffusersFSDPEngine:
         Returns:
             Metrics averaged over ranks (min/max over ranks for `*_min`/`*_max`): `actor/pg_loss`,
             `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/approx_kl`, `actor/ratio_mean|min|max`, `actor/grad_norm`,
-            `actor/lr` (of the last optimizer step), `actor/kl_loss` (with KL), `actor/rollout_logprob_diff_mean|max` (when `log_probs` given).
+            `actor/lr` (of the last optimizer step), `actor/kl_loss` (with KL), and
+            `actor/rollout_logprob_diff_mean|max` (when the rollout `log_probs` are in the batch).
 
         Raises:
             ValueError: the engine is `forward_only`, a required key is missing, or the batch does not split.

@@ -41,9 +41,10 @@ def _linear_names(module: nn.Module) -> list[str]:
 
 def _binding_error(module: nn.Module, config: DiffusionModelConfig, cause: str) -> LoRABindingError:
     known = _linear_names(module)
+    cause = cause.rstrip(".")
     return LoRABindingError(
         f"actor_rollout_ref.model.target_modules={config.target_modules!r} "
-        f"(exclude_modules={config.exclude_modules!r}) bound no module of {type(module).__name__}: {cause.rstrip('.')}. "
+        f"(exclude_modules={config.exclude_modules!r}) bound no module of {type(module).__name__}: {cause}. "
         f"Its linear module names are: {', '.join(known)}; set target_modules to some of them or 'all-linear'."
     )
 
