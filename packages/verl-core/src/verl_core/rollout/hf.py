@@ -7,33 +7,18 @@ import threading
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
 
 from verl_core.config.rollout import RolloutConfig
 from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncError
-from verl_core.rollout.net import validation_message
 from verl_core.rollout.protocol import GenerateRequest, TokenGenerateResponse
+from verl_core.rollout.sampling import LLMSamplingParams, parse_sampling_params
 from verl_core.rollout.server import RolloutHttpServer
 from verl_core.rollout.weights import WeightUpdate, check_manifest
 
-__all__ = ["HFHttpServer", "HFSamplingParams"]
+__all__ = ["HFHttpServer"]
 
 _DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class HFSamplingParams(BaseModel):
-    """Sampling parameters the transformers backend accepts (unknown keys are rejected)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    temperature: float = Field(ge=0)
-    top_p: float = Field(gt=0, le=1)
-    top_k: int = Field(ge=-1)
-    max_tokens: int = Field(ge=1)
-    logprobs: bool = False
-    stop_token_ids: list[int] = Field(default_factory=list)
-    ignore_eos: bool = False
 
 
 class _StopOnAbort(StoppingCriteria):
@@ -89,12 +74,8 @@ class HFHttpServer(RolloutHttpServer):
                 model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code
             )
 
-    def _validate_sampling_params(self, params: dict[str, Any]) -> HFSamplingParams:
-        try:
-            return HFSamplingParams.model_validate({**self.config.sampling.to_dict(), **params})
-        except ValidationError as e:
-            message, field = validation_message(e, prefix="sampling_params")
-            raise BadRequestError(message, field=field) from None
+    def _validate_sampling_params(self, params: dict[str, Any]) -> LLMSamplingParams:
+        return parse_sampling_params(LLMSamplingParams, self.config.sampling, params)
 
     async def _engine_generate(self, request_id: str, request: GenerateRequest, params: Any) -> dict[str, Any]:
         ids = request.prompt_ids if request.prompt_ids is not None else self._tokenizer(request.prompt).input_ids
@@ -118,7 +99,7 @@ class HFHttpServer(RolloutHttpServer):
             self._abort_flags.pop(request_id, None)
 
     def _generate_blocking(
-        self, ids: list[int], params: HFSamplingParams, seed: int | None, flag: threading.Event
+        self, ids: list[int], params: LLMSamplingParams, seed: int | None, flag: threading.Event
     ) -> dict[str, Any]:
         if flag.is_set():
             return {"finish_reason": "abort", "token_ids": [], "text": ""}

@@ -141,8 +141,12 @@ class RolloutHttpServer(abc.ABC):
         """Backend-specific metrics merged into `/metrics`."""
         return {}
 
-    def _add_routes(self, app: Any) -> None:  # noqa: B027 - optional hook
-        """Add backend routes (e.g. OpenAI-compatible ones) to the FastAPI app."""
+    async def _add_routes(self, app: Any) -> None:  # noqa: B027 - optional hook
+        """Add backend routes (e.g. OpenAI-compatible ones) to the FastAPI app (runs on the server loop)."""
+
+    def _default_sleep_level(self) -> int:
+        """Sleep level used when `sleep()` is called without one."""
+        return self.config.sleep_level
 
     # ---- properties ------------------------------------------------------------------------------
 
@@ -204,7 +208,7 @@ class RolloutHttpServer(abc.ABC):
 
     async def sleep(self, level: int | None = None) -> ServerState:
         """Free accelerator memory after in-flight requests drain (`level` defaults to `rollout.sleep_level`)."""
-        return await self._on_loop(self._sleep_impl(level or self.config.sleep_level))
+        return await self._on_loop(self._sleep_impl(level or self._default_sleep_level()))
 
     async def wake_up(self, tags: list[str] | None = None) -> ServerState:
         """Restore what `sleep` freed; `tags` restores only `"weights"` or `"kv_cache"`."""
@@ -346,7 +350,7 @@ class RolloutHttpServer(abc.ABC):
         await self._timed("launch", "launch_timeout_s", self._engine_load())
         sock = bind_socket(self.config.host, self.config.port)
         app = build_app(self)
-        self._add_routes(app)
+        await self._add_routes(app)
         uv_config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
         self._http = uvicorn.Server(uv_config)
         self._serve_task = asyncio.create_task(self._http.serve(sockets=[sock]))
