@@ -359,7 +359,7 @@ class RolloutHttpServer(abc.ABC):
                 raise EngineError(f"uvicorn stopped during start-up: {self._serve_task.exception()!r}")
             await asyncio.sleep(0.005)
         host, port = sock.getsockname()[:2]
-        self._address = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        self._address = f"http://{_advertised_host(host)}:{port}"
         self._state = ServerState.READY
         return self._address
 
@@ -524,3 +524,15 @@ class RolloutHttpServer(abc.ABC):
             with contextlib.suppress(Exception):
                 await self._timed("shutdown", "lifecycle_timeout_s", self._engine_shutdown())
         self._state = ServerState.STOPPED
+
+
+def _advertised_host(bound: str) -> str:
+    """The host clients should dial: the bound address, or this node's address for a wildcard bind."""
+    if bound not in ("0.0.0.0", "::"):
+        return bound
+    import socket
+
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"

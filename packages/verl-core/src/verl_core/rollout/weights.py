@@ -358,8 +358,14 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes | memoryview:
 
 
 def _frame(header: dict[str, Any]) -> bytes:
-    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw = json.dumps(header, separators=(",", ":"), default=_json_default).encode()
     return _LEN.pack(len(raw)) + raw
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"cannot send {type(value).__name__} {value!r:.80} in a weight stream header (peft_config?)")
 
 
 def _align(n: int) -> int:

@@ -1,0 +1,220 @@
+"""`RolloutRouter` (least-outstanding-requests routing over server clients) and `RolloutReplica` (Ray placement).
+
+A replica starts N servers of one backend as Ray actors in a placement group (one bundle per server:
+GPUs when the cluster has them, CPUs otherwise) and routes requests across them over HTTP. A server that
+stops answering is marked dead with its rank and skipped; the others keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.client import RolloutClient
+from verl_core.rollout.errors import ServerDeadError
+from verl_core.rollout.registry import get_backend
+
+__all__ = ["RolloutReplica", "RolloutRouter"]
+
+logger = logging.getLogger(__name__)
+
+
+class RolloutRouter:
+    """Route generates to the live server with the fewest outstanding requests; broadcast lifecycle calls.
+
+    Args:
+        clients (`list[RolloutClient]`): one client per server; `client.rank` names the server.
+    """
+
+    def __init__(self, clients: list[RolloutClient]) -> None:
+        if not clients:
+            raise ValueError("RolloutRouter needs at least one server client")
+        self.clients = {c.rank: c for c in clients}
+        self.outstanding = dict.fromkeys(self.clients, 0)
+        self.served = dict.fromkeys(self.clients, 0)
+        self.dead: dict[int, str] = {}
+
+    @property
+    def live_ranks(self) -> list[int]:
+        """Ranks not marked dead."""
+        return [r for r in self.clients if r not in self.dead]
+
+    def _pick(self, exclude: set[int]) -> int | None:
+        ranks = [r for r in self.live_ranks if r not in exclude]
+        return min(ranks, key=lambda r: (self.outstanding[r], self.served[r], r)) if ranks else None
+
+    def mark_dead(self, rank: int, reason: str) -> None:
+        """Stop routing to `rank` and remember why."""
+        if rank not in self.dead:
+            logger.warning("rollout server rank %d is dead: %s", rank, reason)
+        self.dead[rank] = reason
+
+    async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Serve `request` on the least-loaded live server; `server_rank` in the result says which.
+
+        Raises:
+            ServerDeadError: every server is dead (the message lists the dead ranks).
+        """
+        tried: set[int] = set()
+        while True:
+            rank = self._pick(tried)
+            if rank is None:
+                raise ServerDeadError(f"no live rollout server left; dead ranks: {self._dead_text()}", rank=-1)
+            self.outstanding[rank] += 1
+            try:
+                response = await self.clients[rank].generate(request)
+            except ServerDeadError as e:
+                self.mark_dead(rank, e.message)
+                tried.add(rank)
+                continue
+            finally:
+                self.outstanding[rank] -= 1
+            self.served[rank] += 1
+            return {**response, "server_rank": rank}
+
+    async def broadcast(self, method: str, *args: Any, **kwargs: Any) -> dict[int, Any]:
+        """Call `method` of every live client concurrently; dead servers are marked and left out."""
+        ranks = self.live_ranks
+        results = await asyncio.gather(
+            *(getattr(self.clients[r], method)(*args, **kwargs) for r in ranks), return_exceptions=True
+        )
+        out: dict[int, Any] = {}
+        for rank, result in zip(ranks, results):
+            if isinstance(result, ServerDeadError):
+                self.mark_dead(rank, result.message)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                out[rank] = result
+        return out
+
+    async def check_health(self) -> dict[int, str]:
+        """Probe every live server's /health; mark the unreachable ones dead. Returns rank -> state."""
+        states = await self.broadcast("health")
+        return {rank: h.get("state", "?") for rank, h in states.items()}
+
+    async def aclose(self) -> None:
+        """Close every client."""
+        await asyncio.gather(*(c.aclose() for c in self.clients.values()))
+
+    def _dead_text(self) -> str:
+        return ", ".join(f"{r} ({why})" for r, why in sorted(self.dead.items())) or "none"
+
+
+class RolloutReplica:
+    """N rollout servers of one backend as Ray actors in a placement group, behind a `RolloutRouter`.
+
+    Args:
+        config (`RolloutConfig`): server config; `config.name` picks the backend.
+        num_servers (`int`, *optional*, defaults to `1`): servers (ranks 0..N-1).
+        use_gpu (`bool`, *optional*): one bundle of `tensor_model_parallel_size` GPUs per server; default:
+            when the Ray cluster has enough GPUs.
+        name_prefix (`str`, *optional*, defaults to `"verl"`): actor names are `{prefix}_server_{rank}`.
+    """
+
+    def __init__(
+        self, config: RolloutConfig, *, num_servers: int = 1, use_gpu: bool | None = None, name_prefix: str = "verl"
+    ) -> None:
+        if num_servers < 1:
+            raise ValueError(f"num_servers must be >= 1, got {num_servers}")
+        self.config = config
+        self.num_servers = num_servers
+        self.use_gpu = use_gpu
+        self.name_prefix = name_prefix
+        self.server_cls = get_backend(config.name)
+        self.actors: list[Any] = []
+        self.router: RolloutRouter | None = None
+        self._placement_group: Any = None
+
+    async def launch(self) -> list[str]:
+        """Place and launch the servers; return their addresses (rank order).
+
+        Raises:
+            RuntimeError: Ray is not initialised.
+            TimeoutError: placement or launch took longer than `rollout.launch_timeout_s`.
+        """
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if not ray.is_initialized():
+            raise RuntimeError("RolloutReplica.launch() needs a running Ray: call ray.init() first")
+        gpus = self.config.tensor_model_parallel_size
+        use_gpu = self.use_gpu
+        if use_gpu is None:
+            use_gpu = ray.cluster_resources().get("GPU", 0) >= gpus * self.num_servers
+        bundle = {"CPU": 1, "GPU": gpus} if use_gpu else {"CPU": 1}
+        self._placement_group = placement_group([dict(bundle) for _ in range(self.num_servers)], strategy="PACK")
+        timeout = self.config.launch_timeout_s
+        await asyncio.wait_for(self._placement_group.ready(), timeout)
+        remote_cls = ray.remote(self.server_cls)
+        for rank in range(self.num_servers):
+            strategy = PlacementGroupSchedulingStrategy(self._placement_group, placement_group_bundle_index=rank)
+            self.actors.append(
+                remote_cls.options(
+                    name=f"{self.name_prefix}_server_{rank}",
+                    num_cpus=1,
+                    num_gpus=gpus if use_gpu else 0,
+                    scheduling_strategy=strategy,
+                    max_concurrency=1000,
+                ).remote(self.config, rank=rank)
+            )
+        addresses = await asyncio.wait_for(asyncio.gather(*(a.launch.remote() for a in self.actors)), timeout)
+        self.router = RolloutRouter(
+            [
+                RolloutClient(addr, rank=rank, timeout_s=self.config.request_timeout_s,
+                              weight_timeout_s=self.config.weight_sync_timeout_s)
+                for rank, addr in enumerate(addresses)
+            ]
+        )  # fmt: skip
+        return list(addresses)
+
+    async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Route one request (see `RolloutRouter.generate`)."""
+        return await self._router().generate(request)
+
+    async def sleep(self, level: int | None = None) -> dict[int, Any]:
+        """Sleep every live server."""
+        return await self._router().broadcast("sleep", level)
+
+    async def wake_up(self, tags: list[str] | None = None) -> dict[int, Any]:
+        """Wake every live server."""
+        return await self._router().broadcast("wake_up", tags)
+
+    async def abort(self, request_ids: list[str] | None = None) -> dict[int, Any]:
+        """Abort requests on every live server."""
+        return await self._router().broadcast("abort", request_ids)
+
+    async def update_weights(
+        self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], **kwargs: Any
+    ) -> dict[int, Any]:
+        """Stream the same weights to every live server (keyword arguments as `RolloutClient.update_weights`)."""
+        items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+        return await self._router().broadcast("update_weights", items, **kwargs)
+
+    async def shutdown(self) -> None:
+        """Shut every server down, kill the actors and free the placement group."""
+        import ray
+
+        if self.router is not None:
+            await self.router.aclose()
+        for actor in self.actors:
+            try:
+                await asyncio.wait_for(actor.shutdown.remote(), self.config.lifecycle_timeout_s)
+            except Exception as e:  # a dead actor cannot shut down; it is killed below anyway
+                logger.info("rollout server shutdown failed: %s", e)
+            ray.kill(actor)
+        self.actors = []
+        if self._placement_group is not None:
+            ray.util.remove_placement_group(self._placement_group)
+            self._placement_group = None
+
+    def _router(self) -> RolloutRouter:
+        if self.router is None:
+            raise RuntimeError("the replica is not launched; await launch() first")
+        return self.router
