@@ -112,7 +112,7 @@ def test_weight_stream_garbage_header_is_rejected():
 def test_check_manifest_names_bad_tensor():
     expected = {"layer.weight": (4, 4), "layer.bias": (4,)}
     check_manifest([TensorSpec("layer.bias", "float32", (4,))], expected)
-    with pytest.raises(WeightSyncError, match="did you mean 'layer.weight'") as info:
+    with pytest.raises(WeightSyncError, match=r"did you mean 'layer\.weight'") as info:
         check_manifest([TensorSpec("layer.weigth", "float32", (4, 4))], expected)
     assert info.value.field == "layer.weigth"
     with pytest.raises(WeightSyncError, match=r"expected shape \[4, 4\], got \[4, 5\]"):
