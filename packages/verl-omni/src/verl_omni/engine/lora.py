@@ -138,7 +138,6 @@ def export_weights(
             continue
         key = name.replace(suffix, ".") if is_lora else name.replace(".base_layer.", ".")
         full = _full(tensor).detach()
-        if dtype is not None:
-            full = full.to(dtype)
-        out[key] = full.to(device, non_blocking=False)
+        # always a copy: a snapshot that later optimizer steps cannot change (a CPU full tensor may alias the param)
+        out[key] = full.to(device=device, dtype=dtype or full.dtype, copy=True)
     return out
