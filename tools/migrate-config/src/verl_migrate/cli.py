@@ -1,34 +1,73 @@
-"""Command line of `verl-migrate-config` (the migration itself is not implemented yet)."""
+"""Command line of `verl-migrate-config` (argparse only at start-up; the migration modules load on demand).
+
+Exit codes: 0 nothing to do or done; 1 `--check` found a file that would change, or `--validate` found errors;
+2 input errors (invalid YAML, unreadable/binary/non-UTF-8 files, conflicting keys, symlink loops, bad options).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-_NOT_IMPLEMENTED = (
-    "verl-migrate-config: not implemented yet. This release only reserves the command; the config "
-    "migration lands with the verl-migrate-config issue. Nothing was read or written."
-)
+EXIT_OK, EXIT_CHANGED, EXIT_INPUT = 0, 1, 2
+
+_EPILOG = """\
+exit codes:
+  0  nothing to do, or done
+  1  --check: at least one file would change; --validate: errors found
+  2  input error: invalid YAML (file:line:column), root not a mapping, duplicate keys, binary,
+     non-UTF-8 or unreadable file, symlink loop, old and new key both set, unknown rule id
+
+examples:
+  verl-migrate-config old.yaml > new.yaml
+  verl-migrate-config -i --report text configs/ examples/run_qwen_image_ocr_lora.sh
+  verl-migrate-config --check configs/          # CI / pre-commit
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser (its help states that migration is not implemented yet)."""
-    parser = argparse.ArgumentParser(
+    """Return the argument parser."""
+    p = argparse.ArgumentParser(
         prog="verl-migrate-config",
-        description=(
-            "Rewrite pre-#6200 verl diffusion Hydra configs and launch scripts to the verl-omni schema. "
-            "NOT IMPLEMENTED YET: every invocation other than --help exits with status 2."
-        ),
+        description="Rewrite pre-#6200 verl diffusion Hydra configs and launch scripts to the verl-omni schema.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="YAML configs or launch scripts to migrate")
-    return parser
+    p.add_argument("paths", nargs="*", metavar="PATH", help="YAML configs, launch scripts, or folders to walk")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("-o", "--output", metavar="OUT", help="write the migrated file to OUT (one input only)")
+    out.add_argument("-i", "--in-place", action="store_true", help="rewrite files atomically, keeping PATH.bak")
+    out.add_argument("--diff", action="store_true", help="print a unified diff instead of the migrated text")
+    out.add_argument("--check", action="store_true", help="exit 1 if any file would change; write nothing")
+    p.add_argument("--no-backup", action="store_true", help="with -i: do not keep PATH.bak")
+    p.add_argument("--script", action="store_true", help="treat every PATH as a launch script")
+    p.add_argument("--report", choices=("text", "json"), help="print every change, unknown key and semantic change")
+    p.add_argument("--report-file", metavar="FILE", help="write the report to FILE instead of stderr")
+    p.add_argument("--validate", action="store_true", help="check the result against verl-omni's config")
+    p.add_argument("--only", action="append", default=[], metavar="ID", help="apply only these rule ids")
+    p.add_argument("--skip", action="append", default=[], metavar="ID", help="do not apply these rule ids")
+    p.add_argument("--list-rules", action="store_true", help="list the rule ids and exit")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse `argv`, print the not-implemented notice to stderr and return 2."""
-    build_parser().parse_args(argv)
-    print(_NOT_IMPLEMENTED, file=sys.stderr)
-    return 2
+    """Run the command line; return the exit code."""
+    args = build_parser().parse_args(argv)
+    if args.version:
+        import verl_migrate
+
+        print(f"verl-migrate-config {verl_migrate.__version__}")
+        return EXIT_OK
+    if args.list_rules:
+        from verl_migrate.rules import all_rules
+
+        for r in all_rules():
+            print(f"{r.id:<42} {r.kind:<21} since {r.since:<6} {r.summary}")
+        return EXIT_OK
+    from verl_migrate.runner import Runner
+
+    return Runner(args).run()
 
 
 if __name__ == "__main__":

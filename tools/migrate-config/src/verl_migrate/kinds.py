@@ -1,0 +1,380 @@
+"""The rule kinds.
+
+RenameKey, MoveSubtree, SplitDict, RenameValue, ReplaceTarget, Drop, Flag, SetExplicitDefault, RewriteDefaultsEntry,
+FixPlusPrefix and ReplaceEntryPoint. Each is a frozen dataclass holding data only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from verl_migrate.doc import Doc
+from verl_migrate.keys import head_defaults, is_head_key, is_head_yaml_key, normalize, same_value, to_text
+from verl_migrate.rules.base import (
+    PHASE_DEFAULTS,
+    PHASE_DROP,
+    PHASE_EXPLICIT,
+    PHASE_INPUT_FLAGS,
+    PHASE_LEGACY,
+    PHASE_MOVE,
+    PHASE_PREFIX,
+    PHASE_VALUES,
+    Rule,
+    text_of,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RenameKey(Rule):
+    """`old` (a leaf) is now spelled `new`; interpolations that reference `old` follow."""
+
+    old: str = ""
+    new: str = ""
+    creates: tuple[tuple[str, str], ...] = ()
+    null_unset: bool = False
+
+    kind: ClassVar[str] = "rename-key"
+
+    @property
+    def phase(self) -> int:  # type: ignore[override]
+        """Legacy top-level reward keys move before everything else touches `reward.*`."""
+        return PHASE_LEGACY if self.null_unset else PHASE_MOVE
+
+    def apply(self, doc: Doc) -> None:
+        """Move `old` to `new` (conflicts raise, equal duplicates merge)."""
+        self.move_path(doc, self.old, self.new, null_unset=self.null_unset, creates=self.creates)
+
+    def path_map(self) -> list[tuple[str, str]]:
+        """Return `[(old, new)]`."""
+        return [(self.old, self.new)]
+
+    def describe(self) -> str:
+        """Return "`old` → `new`"."""
+        return f"`{self.old}` → `{self.new}`"
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveSubtree(RenameKey):
+    """The mapping `old` and everything below it moved to `new`."""
+
+    kind: ClassVar[str] = "move-subtree"
+
+    def describe(self) -> str:
+        """Return "`old.*` → `new.*`"."""
+        return f"`{self.old}.*` → `{self.new}.*`"
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitDict(Rule):
+    """The free-form dict `path` is gone; its known keys move to typed keys (`routes`), `ignored` ones are dropped.
+
+    Keys neither routed nor ignored stay in place and are reported as unknown.
+    """
+
+    path: str = ""
+    routes: tuple[tuple[str, str], ...] = ()
+    ignored: tuple[str, ...] = ()
+    ignored_note: str = ""
+    creates: tuple[tuple[str, str], ...] = ()
+
+    kind: ClassVar[str] = "split-dict"
+
+    def apply(self, doc: Doc) -> None:
+        """Split `path` into its typed destinations."""
+        if not doc.has(self.path):
+            return
+        value = doc.get(self.path)
+        if not doc.is_map(self.path):
+            text = text_of(doc, self.path) or ""
+            if text.replace(" ", "") in ("{}", "null") or "${" in text:
+                self.drop(doc, self.path, "verl-omni has no free-form dict here; typed keys replace it")
+            else:
+                doc.report.find(
+                    "unknown",
+                    self.path,
+                    f"inline dict {text} cannot be split automatically; set the typed "
+                    f"keys ({', '.join(d for _, d in self.routes)}) instead",
+                    rule_id=self.id,
+                    line=doc.line(self.path),
+                )
+            return
+        del value
+        routes = dict(self.routes)
+        for child in doc.children(self.path):
+            src = f"{self.path}.{child}"
+            if child in routes:
+                self.move_path(doc, src, routes[child], creates=self.creates)
+            elif child in self.ignored:
+                self.drop(doc, src, self.ignored_note)
+        if doc.has(self.path) and not doc.is_map(self.path) and (text_of(doc, self.path) or "").strip() in ("{}",):
+            self.drop(doc, self.path, "empty free-form dict removed")
+
+    def path_map(self) -> list[tuple[str, str]]:
+        """Return the routed `(path.child, destination)` pairs."""
+        return [(f"{self.path}.{child}", dst) for child, dst in self.routes]
+
+    def describe(self) -> str:
+        """List the routes."""
+        routes = ", ".join(f"`{c}` → `{d}`" for c, d in self.routes)
+        extra = f"; dropped: {', '.join(f'`{c}`' for c in self.ignored)}" if self.ignored else ""
+        return f"`{self.path}.*`: {routes}{extra}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RenameValue(Rule):
+    """A registry name or dotted class path changed: `path == old` becomes `new` (plus keys in `also_set`).
+
+    `path` may contain `*` segments; `path = "**"` matches every string value of the document.
+    """
+
+    path: str = ""
+    old: tuple[str, ...] = ()
+    new: str = ""
+    also_set: tuple[tuple[str, Any], ...] = ()
+
+    kind: ClassVar[str] = "rename-value"
+    phase: ClassVar[int] = PHASE_VALUES
+
+    def _targets(self, doc: Doc) -> list[str]:
+        if self.path == "**":
+            return [p for p, text, _ in doc.strings() if text in self.old]
+        return doc.expand(self.path)
+
+    def apply(self, doc: Doc) -> None:
+        """Rename matching values and set the companion keys."""
+        for path in self._targets(doc):
+            if doc.is_map(path) or not any(same_value(doc.get(path), o) for o in self.old):
+                continue
+            old = text_of(doc, path)
+            doc.set(path, self.new)
+            self.change(doc, "rename-value", path, old=old, new=self.new)
+            for key, value in self.also_set:
+                if doc.has(key):
+                    if not same_value(doc.get(key), value):
+                        prev = text_of(doc, key)
+                        doc.set(key, value)
+                        self.change(doc, "set", key, old=prev, new=to_text(value), note=f"goes with {self.new}")
+                elif not (doc.root_based and same_value(head_defaults().get(key), value)):
+                    doc.set(key, value)
+                    self.change(doc, "set", key, new=to_text(value), note=f"goes with {self.new}")
+
+    def describe(self) -> str:
+        """Return "`path`: `old` → `new`"."""
+        olds = " / ".join(f"`{o}`" for o in self.old)
+        extra = "".join(f"; sets `{k}: {to_text(v)}`" for k, v in self.also_set)
+        return (
+            f"`{self.path}`: {olds} → `{self.new}`{extra}" if self.path != "**" else f"any value {olds} → `{self.new}`"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaceTarget(RenameValue):
+    """The `_target_` class of a config node moved (e.g. `verl.workers.config.*` → `verl_omni.workers.config.*`)."""
+
+    kind: ClassVar[str] = "replace-target"
+
+
+@dataclasses.dataclass(frozen=True)
+class Drop(Rule):
+    """Keys with no verl-omni equivalent are removed; the report lists each with its value and `note`.
+
+    With `when`, a key is dropped only if its value is one of `when` (other values stay for a human).
+    """
+
+    paths: tuple[str, ...] = ()
+    note: str = ""
+    when: tuple[Any, ...] | None = None
+    early: bool = False
+
+    kind: ClassVar[str] = "drop"
+
+    @property
+    def phase(self) -> int:  # type: ignore[override]
+        """`early` drops run before the moves (fields that must not travel with a moved subtree)."""
+        return PHASE_MOVE - 1 if self.early else PHASE_DROP
+
+    def apply(self, doc: Doc) -> None:
+        """Drop the matching keys."""
+        for pattern in self.paths:
+            for path in doc.expand(pattern):
+                if self.when is not None and (
+                    doc.is_map(path) or not any(same_value(doc.get(path), w) for w in self.when)
+                ):
+                    continue
+                self.drop(doc, path, self.note, flag_non_default=self.when is None)
+
+    def describe(self) -> str:
+        """List the dropped keys."""
+        when = f" when {' / '.join(f'`{to_text(w)}`' for w in self.when)}" if self.when is not None else ""
+        return ", ".join(f"`{p}`" for p in self.paths) + when
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag(Rule):
+    """A semantic change that needs a human: report `message` when `path` matches `condition`; edits nothing.
+
+    `condition`: "present", "absent" (only for documents layered on diffusion_trainer) or "equals" (`values`).
+    """
+
+    path: str = ""
+    condition: str = "present"
+    values: tuple[Any, ...] = ()
+    message: str = ""
+    late: bool = False
+
+    kind: ClassVar[str] = "flag"
+
+    @property
+    def phase(self) -> int:  # type: ignore[override]
+        """Flags read the input before any rule edits it, unless `late`."""
+        return PHASE_EXPLICIT + 1 if self.late else PHASE_INPUT_FLAGS
+
+    def apply(self, doc: Doc) -> None:
+        """Report the semantic change if the condition holds on a legacy document."""
+        if not doc.legacy:
+            return
+        present = doc.has(self.path)
+        hit = {
+            "present": present,
+            "absent": (not present) and doc.root_based,
+            "equals": present and any(same_value(doc.get(self.path), v) for v in self.values),
+        }[self.condition]
+        if hit:
+            self.semantic(doc, self.path, self.message)
+
+    def describe(self) -> str:
+        """Return the condition."""
+        vals = " / ".join(f"`{to_text(v)}`" for v in self.values)
+        return f"`{self.path}` {self.condition}{' ' + vals if vals else ''}: report only"
+
+
+@dataclasses.dataclass(frozen=True)
+class SetExplicitDefault(Rule):
+    """A default changed: when the old config relied on it (`path` and `aliases` absent), write the old value.
+
+    `value_from` copies another key's value instead of a constant; `requires` must be present and non-null.
+    Only documents that are layered on diffusion_trainer (or `requires`-gated rules) are changed.
+    """
+
+    path: str = ""
+    value: Any = None
+    value_from: str | None = None
+    aliases: tuple[str, ...] = ()
+    requires: str | None = None
+    message: str = ""
+
+    kind: ClassVar[str] = "set-explicit-default"
+    phase: ClassVar[int] = PHASE_EXPLICIT
+
+    def apply(self, doc: Doc) -> None:
+        """Write the old default explicitly and report the semantic change."""
+        if doc.has(self.path) or any(doc.has(a) for a in self.aliases):
+            return
+        if self.requires is not None and (not doc.has(self.requires) or normalize(doc.get(self.requires)) is None):
+            return
+        if self.requires is None and not doc.root_based:
+            return
+        value = self.value
+        if self.value_from is not None:
+            if not doc.has(self.value_from) or doc.is_map(self.value_from):
+                return
+            value = doc.get(self.value_from)
+        if not doc.legacy:
+            self.semantic(
+                doc,
+                self.path,
+                f"{self.message} If this config was written for verl before #6200, "
+                f"set `{self.path}: {to_text(value)}`.",
+            )
+            return
+        doc.set(self.path, normalize(value) if doc.kind == "yaml" else value)
+        self.change(doc, "set-default", self.path, new=text_of(doc, self.path), note=self.message)
+        self.semantic(
+            doc, self.path, f"{self.message} Wrote `{self.path}: {text_of(doc, self.path)}` to keep the old behaviour."
+        )
+
+    def describe(self) -> str:
+        """Return what is written."""
+        src = f"value of `{self.value_from}`" if self.value_from else f"`{to_text(self.value)}`"
+        return f"writes `{self.path}` = {src} when absent"
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteDefaultsEntry(Rule):
+    """An old Hydra config group is renamed (`new_group`, options mapped by `options`) or gone (`drop`)."""
+
+    group: str = ""
+    new_group: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+    drop_entry: bool = False
+
+    kind: ClassVar[str] = "defaults-entry"
+    phase: ClassVar[int] = PHASE_DEFAULTS
+
+    def apply(self, doc: Doc) -> None:
+        """Rewrite or drop every matching defaults entry / group override."""
+        while True:
+            match = [e for e in doc.group_entries() if e.group == self.group]
+            if not match:
+                return
+            entry = match[0]
+            if self.drop_entry:
+                doc.delete_group(entry)
+                self.change(doc, "drop-group", entry.name, old=entry.option, note=self.summary)
+                continue
+            option = dict(self.options).get(entry.option or "", entry.option)
+            doc.replace_group(entry, str(self.new_group), entry.package, option)
+            new_name = f"{self.new_group}@{entry.package}" if entry.package else str(self.new_group)
+            self.change(doc, "rename-group", entry.name, new_path=new_name, old=entry.option, new=option)
+
+    def describe(self) -> str:
+        """Return the group mapping."""
+        if self.drop_entry:
+            return f"defaults entry `{self.group}` removed"
+        opts = "".join(f"; `{a}` → `{b}`" for a, b in self.options)
+        return f"group `{self.group}` → `{self.new_group}`{opts}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FixPlusPrefix(Rule):
+    """Overrides of keys that verl-omni keeps only as dataclass fields need `+`; YAML keys must not have it."""
+
+    kind: ClassVar[str] = "hydra-prefix"
+    phase: ClassVar[int] = PHASE_PREFIX
+    formats: ClassVar[tuple[str, ...]] = ("overrides",)
+
+    def apply(self, doc: Doc) -> None:
+        """Add or remove `+` on unchanged overrides."""
+        for e in getattr(doc, "entries", []):
+            if not e.live or e.changed or e.prefix == "++":
+                continue
+            key = str(e.key)
+            want = "" if is_head_yaml_key(key) else ("+" if is_head_key(key) else e.prefix)
+            if want != e.prefix:
+                old = e.token()
+                e.prefix = want
+                self.change(doc, "prefix", key, old=old, new=e.token())
+
+    def describe(self) -> str:
+        """Describe the prefix fix."""
+        return "adds `+` to overrides of dataclass-only keys, removes it from keys in verl-omni's YAML"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaceEntryPoint(Rule):
+    """Launch scripts: `python3 -m <old module>` becomes the `command` console script."""
+
+    modules: tuple[str, ...] = ()
+    command: str = ""
+
+    kind: ClassVar[str] = "entry-point"
+    phase: ClassVar[int] = PHASE_DEFAULTS
+    formats: ClassVar[tuple[str, ...]] = ("script",)
+
+    def apply(self, doc: Doc) -> None:
+        """Entry points are rewritten by `verl_migrate.script`; nothing to do on config documents."""
+
+    def describe(self) -> str:
+        """Return the command mapping."""
+        return " / ".join(f"`python3 -m {m}`" for m in self.modules) + f" → `{self.command}`"

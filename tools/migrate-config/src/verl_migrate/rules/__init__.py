@@ -1,0 +1,34 @@
+"""The migration rules.
+
+Each module of this package declares the rules of one topic and registers them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+from verl_migrate.rules.base import Rule, registry
+
+
+@functools.cache
+def all_rules() -> tuple[Rule, ...]:
+    """Import every rule module once and return the registered rules in execution order."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not info.name.startswith("_") and info.name != "base":
+            importlib.import_module(f"{__name__}.{info.name}")
+    rules = list(registry().values())
+    order = {rid: i for i, rid in enumerate(registry())}
+    return tuple(sorted(rules, key=lambda r: (r.phase, order[r.id])))
+
+
+def get_rule(rule_id: str) -> Rule:
+    """Return the rule with id `rule_id` (KeyError naming the known ids otherwise)."""
+    rules = {r.id: r for r in all_rules()}
+    if rule_id not in rules:
+        raise KeyError(f"unknown rule id {rule_id!r}; run `verl-migrate-config --list-rules` for the ids")
+    return rules[rule_id]
+
+
+__all__ = ["Rule", "all_rules", "get_rule"]

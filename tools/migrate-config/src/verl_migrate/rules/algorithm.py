@@ -1,0 +1,20 @@
+"""Algorithm selection.
+
+`model.algorithm` drives the loss, the advantage estimator and the adapter lookup (verl-omni da8018b5,
+legacy_surface.md §3.4 rows 25 and 33).
+"""
+
+from verl_migrate.kinds import RenameKey
+from verl_migrate.rules._targets import MODEL
+from verl_migrate.rules.base import register
+
+register(
+    RenameKey(
+        id="adv-estimator-to-model-algorithm",
+        since="0.1.0",
+        summary="`algorithm.adv_estimator` is derived from `actor_rollout_ref.model.algorithm`; the value moves there.",
+        refs=(25, 33),
+        old="algorithm.adv_estimator",
+        new=f"{MODEL}.algorithm",
+    )
+)

@@ -1,0 +1,155 @@
+"""Rule kinds (one small declarative class each) and the registry the rule modules add themselves to.
+
+Ule kinds (one small declarative class each) and the registry the rule modules add themselves to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, ClassVar
+
+from verl_migrate.doc import Doc
+from verl_migrate.errors import ConflictError
+from verl_migrate.keys import head_defaults, normalize, old_defaults, same_value, to_text
+from verl_migrate.report import Change
+
+_ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_REGISTRY: dict[str, Rule] = {}
+
+#: phases: rules run in phase order, then in registration order
+PHASE_INPUT_FLAGS = 5
+PHASE_DEFAULTS = 10
+PHASE_LEGACY = 20
+PHASE_MOVE = 30
+PHASE_DROP = 40
+PHASE_VALUES = 50
+PHASE_EXPLICIT = 80
+PHASE_PREFIX = 90
+
+
+def register(rule: Rule) -> Rule:
+    """Add `rule` to the registry (its id must be kebab-case and unique) and return it."""
+    if not _ID.match(rule.id):
+        raise ValueError(f"rule id {rule.id!r} is not kebab-case (lower-case words joined by '-')")
+    if rule.id in _REGISTRY:
+        raise ValueError(f"rule id {rule.id!r} is registered twice")
+    _REGISTRY[rule.id] = rule
+    return rule
+
+
+def registry() -> dict[str, Rule]:
+    """Return the registered rules by id (in registration order)."""
+    return _REGISTRY
+
+
+def text_of(doc: Doc, path: str) -> str | None:
+    """Return the value at `path` as text (`null`, `true`, `[0, 5]`, `${...}`), None when absent."""
+    if not doc.has(path):
+        return None
+    value = doc.get(path)
+    return value if doc.kind == "overrides" and isinstance(value, str) else to_text(value)
+
+
+def _default_of(path: str) -> str | None:
+    return head_defaults().get(path, old_defaults().get(path))
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """Common fields: a stable kebab-case `id`, the verl-omni version `since`, a one-line `summary`.
+
+    `refs` are the row numbers of legacy_surface.md §3.4 the rule implements.
+    """
+
+    id: str
+    since: str
+    summary: str
+    refs: tuple[int, ...] = ()
+
+    kind: ClassVar[str] = "rule"
+    phase: ClassVar[int] = PHASE_MOVE
+    formats: ClassVar[tuple[str, ...]] = ("yaml", "overrides")
+
+    def apply(self, doc: Doc) -> None:
+        """Rewrite `doc` in place and record what was done in `doc.report`."""
+        raise NotImplementedError
+
+    def path_map(self) -> list[tuple[str, str]]:
+        """Return the `(old_path, new_path)` pairs interpolations must follow."""
+        return []
+
+    def describe(self) -> str:
+        """Return the rule's effect in one line of Markdown (the rule table's middle column)."""
+        return ""
+
+    # -- shared helpers ---------------------------------------------------------------------------------------
+    def change(self, doc: Doc, action: str, path: str, **kw: Any) -> None:
+        """Record one change of this rule."""
+        kw.setdefault("line", doc.line(path))
+        doc.report.add(Change(self.id, action, path, **kw))
+
+    def semantic(self, doc: Doc, path: str, message: str) -> None:
+        """Record a semantic change a human should review."""
+        doc.report.find("semantic", path, message, rule_id=self.id, line=doc.line(path))
+
+    def move_path(self, doc: Doc, src: str, dst: str, *, null_unset: bool = False, creates: Any = ()) -> None:
+        """Move `src` to `dst`; equal duplicates merge, different values raise `ConflictError`."""
+        if not doc.has(src):
+            return
+        if doc.is_map(src) and (null_unset or doc.has(dst)):
+            for child in doc.children(src):
+                self.move_path(doc, f"{src}.{child}", f"{dst}.{child}", null_unset=null_unset, creates=creates)
+            return
+        if null_unset and not doc.is_map(src) and normalize(doc.get(src)) is None:
+            self.change(doc, "drop", src, old="null", note="null means unset in verl's legacy reward keys")
+            doc.delete(src)
+            return
+        if not doc.has(dst):
+            moved = [(leaf, text_of(doc, leaf), doc.line(leaf)) for leaf in doc.leaves(src)]
+            missing = [p for p in dict(creates) if not doc.has(p)]
+            doc.move(src, dst)
+            for leaf, old, line in moved:
+                self.change(doc, "move", leaf, new_path=dst + leaf[len(src) :], old=old, new=old, line=line)
+            if doc.full_dump and doc.kind == "yaml":
+                for p in missing:
+                    if doc.has(p) and not doc.has(p + "._target_"):
+                        doc.set(p + "._target_", dict(creates)[p], first=True)
+                        self.change(doc, "add-target", p + "._target_", new=dict(creates)[p])
+            return
+        old_v, new_v = text_of(doc, src), text_of(doc, dst)
+        if same_value(doc.get(src), doc.get(dst)):
+            line = doc.line(src)
+            doc.delete(src)
+            self.change(doc, "move", src, new_path=dst, old=old_v, line=line, note=f"`{dst}` already had this value")
+            return
+        dflt = _default_of(dst)
+        if doc.full_dump and dflt is not None and same_value(new_v, dflt):
+            line = doc.line(src)
+            doc.set(dst, doc.get(src))
+            doc.delete(src)
+            self.change(
+                doc, "move", src, new_path=dst, old=old_v, line=line, note=f"replaces the dumped default {dflt}"
+            )
+            return
+        raise ConflictError(
+            f"`{src}` ({old_v}) and `{dst}` ({new_v}) are both set; verl-omni reads only `{dst}` "
+            f"(rule {self.id}). Delete one of the two and run again.",
+            path=doc.report.path,
+            line=doc.line(src) or doc.line(dst),
+        )
+
+    def drop(self, doc: Doc, path: str, note: str, *, flag_non_default: bool = True) -> None:
+        """Delete `path`; report each leaf with its value and flag values that differ from the old default."""
+        for leaf in doc.leaves(path):
+            old = text_of(doc, leaf)
+            self.change(doc, "drop", leaf, old=old, note=note)
+            dflt = old_defaults().get(leaf)
+            if flag_non_default and dflt is not None and old is not None and not same_value(old, dflt):
+                self.semantic(doc, leaf, f"dropped non-default value {old} (old default {dflt}): {note}")
+        doc.delete(path)
+
+
+def kebab(value: str) -> str:
+    """Return `value` lower-cased with runs of non-alphanumerics replaced by '-' (for generated ids)."""
+    return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")

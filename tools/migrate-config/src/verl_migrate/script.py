@@ -1,0 +1,226 @@
+"""Launch scripts: find `python3 -m verl.trainer.main_flowgrpo ...` commands and rewrite them in place.
+
+Words are located with a small shell scanner (quotes, `$(...)`, `${...}`, backslash continuations) and decoded
+with `shlex`; edits replace only the words that change, so the script's layout and shell variables stay.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from dataclasses import dataclass
+
+from verl_migrate import engine
+from verl_migrate.errors import MigrationError
+from verl_migrate.overridedoc import Override, OverrideDoc
+from verl_migrate.report import Change, FileReport
+
+_ENTRY = re.compile(r"(?<![\w./-])python3?(?:\.\d+)?((?:[ \t]+-[A-Za-z]+)*)[ \t]+-m[ \t]+(?P<mod>[\w.]+)")
+_WORD_END = " \t\n;&|<>"
+
+
+@dataclass
+class Word:
+    """One shell word of a command: its span in the script and its raw text."""
+
+    start: int
+    end: int
+    raw: str
+
+
+def _skip_balanced(text: str, j: int, open_: str, close: str, path: str) -> int:
+    depth = 0
+    n = len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "'" and open_ == "(":
+            j = _closing_quote(text, j, "'", path)
+            continue
+        if c == open_:
+            depth += 1
+        elif c == close:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    raise MigrationError(f"unterminated `{open_}`", path=path, line=text.count("\n", 0, j) + 1)
+
+
+def _closing_quote(text: str, j: int, q: str, path: str) -> int:
+    k = j + 1
+    while k < len(text):
+        if text[k] == "\\" and q == '"':
+            k += 2
+            continue
+        if text[k] == q:
+            return k + 1
+        k += 1
+    raise MigrationError(f"unterminated {q} quote", path=path, line=text.count("\n", 0, j) + 1)
+
+
+def scan_words(text: str, pos: int, path: str) -> list[Word]:
+    """Return the words of the command starting at `pos`, following backslash-newline continuations."""
+    words: list[Word] = []
+    i, n = pos, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t":
+            i += 1
+            continue
+        if c == "\\" and text[i + 1 : i + 2] == "\n":
+            i += 2
+            continue
+        if c in "\n;&|)#<>":
+            break
+        j = i
+        while j < n and text[j] not in _WORD_END:
+            c = text[j]
+            if c == "\\":
+                j += 2
+            elif c in "'\"":
+                j = _closing_quote(text, j, c, path)
+            elif c == "$" and text[j + 1 : j + 2] in ("(", "{"):
+                j = _skip_balanced(text, j + 1, text[j + 1], ")" if text[j + 1] == "(" else "}", path)
+            elif c == "`":
+                j = _closing_quote(text, j, "`", path)
+            else:
+                j += 1
+        words.append(Word(i, j, text[i:j]))
+        i = j
+    return words
+
+
+def _decode(word: Word) -> str:
+    try:
+        parts = shlex.split(word.raw, comments=False, posix=True)
+    except ValueError:
+        return word.raw
+    return parts[0] if len(parts) == 1 else word.raw
+
+
+def _requote(raw: str, old: Override, new_token: str) -> str:
+    """Return `raw` edited to decode to `new_token`, touching only the key / value text that changed."""
+    old_head = old.orig[0] + str(old.orig[1])
+    cand = raw
+    off = 1 if raw[:1] in "'\"" else 0
+    if raw[off:].startswith(old_head):
+        head = new_token.split("=", 1)[0]
+        cand = raw[:off] + head + raw[off + len(old_head) :]
+    old_value = old.orig[2]
+    new_value = new_token.split("=", 1)[1] if "=" in new_token else None
+    if old_value is not None and new_value is not None and old_value != new_value:
+        eq = cand.find("=")
+        if eq >= 0 and old_value in cand[eq + 1 :]:
+            cand = cand[: eq + 1] + cand[eq + 1 :].replace(old_value, new_value, 1)
+    try:
+        if shlex.split(cand) == [new_token]:
+            return cand
+    except ValueError:
+        pass
+    if "$" in new_token and not set('"`\\') & set(new_token):
+        return f'"{new_token}"'
+    return shlex.quote(new_token)
+
+
+def _delete_span(text: str, w: Word) -> tuple[int, int]:
+    ls = text.rfind("\n", 0, w.start) + 1
+    le = text.find("\n", w.end)
+    le = len(text) if le < 0 else le
+    before, after = text[ls : w.start], text[w.end : le]
+    if not before.strip() and after.strip() == "\\":
+        return ls, min(le + 1, len(text))
+    if not before.strip() and not after.strip():
+        prev_end = ls - 1
+        k = prev_end
+        while k > 0 and text[k - 1] in " \t\\":
+            k -= 1
+        return k, le
+    k = w.start
+    while k > ls and text[k - 1] in " \t":
+        k -= 1
+    return k, w.end
+
+
+def migrate_script_text(text: str, path: str, rules_only=None, rules_skip=None) -> tuple[str, FileReport]:
+    """Rewrite every old-entry-point command of a launch script; return the new text and the report."""
+    report = FileReport(path, kind="script")
+    entry_rules = engine.select_rules("script", rules_only, rules_skip)
+    rules = engine.select_rules("overrides", rules_only, rules_skip)
+    modules = {m: r for r in engine.select_rules("script") for m in getattr(r, "modules", ())}
+    edits: list[tuple[int, int, str]] = []
+    for m in _ENTRY.finditer(text):
+        ls = text.rfind("\n", 0, m.start()) + 1
+        if "#" in text[ls : m.start()] or m.group("mod") not in modules:
+            continue
+        rule = modules[m.group("mod")]
+        line = text.count("\n", 0, m.start()) + 1
+        if rule in entry_rules:
+            edits.append((m.start(), m.end(), rule.command))
+            report.add(Change(rule.id, "entry-point", f"python3 -m {m.group('mod')}", new=rule.command, line=line))
+        words = scan_words(text, m.end(), path)
+        doc = OverrideDoc([_decode(w) for w in words], report, legacy=True)
+        for e, w in zip(doc.entries, words):
+            e.line = text.count("\n", 0, w.start) + 1
+        engine.run(doc, rules)
+        edits.extend(_word_edits(text, words, doc))
+    if not edits:
+        return text, report
+    out = text
+    for start, end, new in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
+        out = out[:start] + new + out[end:]
+    report.changed = out != text
+    return out, report
+
+
+def _word_edits(text: str, words: list[Word], doc: OverrideDoc) -> list[tuple[int, int, str]]:
+    edits: list[tuple[int, int, str]] = []
+    for e in doc.entries:
+        if e.index is None or not e.changed:
+            continue
+        w = words[e.index]
+        if e.deleted:
+            s, t = _delete_span(text, w)
+            edits.append((s, t, ""))
+        else:
+            edits.append((w.start, w.end, _requote(w.raw, e, e.token())))
+    new = [e for e in doc.entries if e.index is None and not e.deleted]
+    if not new:
+        return edits
+    keep = [words[e.index] for e in doc.entries if e.index is not None and e.key is not None and not e.deleted]
+    anchor = keep[-1] if keep else words[-1] if words else None
+    tokens = [shlex.quote(e.token()) for e in new]
+    if anchor is None:
+        return edits
+    ls = text.rfind("\n", 0, anchor.start) + 1
+    le = text.find("\n", anchor.end)
+    le = len(text) if le < 0 else le
+    before, after = text[ls : anchor.start], text[anchor.end : le]
+    multiline = any("\n" in text[a.end : b.start] for a, b in itertools.pairwise(words))
+    if multiline and not before.strip():
+        block = "".join(f"{before}{t} \\\n" for t in tokens)
+        if after.strip().endswith("\\"):
+            edits.append((le + 1, le + 1, block))
+        else:
+            edits.append((ls, ls, block))
+    else:
+        edits.append((anchor.end, anchor.end, "".join(" " + t for t in tokens)))
+    return edits
+
+
+_NEW_ENTRY = re.compile(r"(?<![\w./-])verl-omni-train(?![\w.-])")
+
+
+def commands(text: str, path: str) -> list[list[str]]:
+    """Return the decoded argument words of every `verl-omni-train` or old-entry-point command in `text`."""
+    out = []
+    for rx in (_NEW_ENTRY, _ENTRY):
+        for m in rx.finditer(text):
+            ls = text.rfind("\n", 0, m.start()) + 1
+            if "#" in text[ls : m.start()]:
+                continue
+            out.append([_decode(w) for w in scan_words(text, m.end(), path)])
+    return out

@@ -1,0 +1,85 @@
+"""Load and dump YAML with ruamel.yaml in round-trip mode, keeping the file's indentation, quotes and nulls."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+from typing import Any
+
+from verl_migrate.errors import MigrationError
+
+_KEY_OPEN = re.compile(r"^( *)(?:- )?[^\s#-][^#]*:\s*(?:#.*)?$")
+
+
+def guess_style(text: str) -> dict[str, Any]:
+    """Guess mapping indent, sequence dash offset, null spelling and document start marker from `text`."""
+    mapping: int | None = None
+    offset: int | None = None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    for cur, nxt in itertools.pairwise(lines):
+        m = _KEY_OPEN.match(cur)
+        if not m:
+            continue
+        base = len(m.group(1)) + (2 if cur.lstrip().startswith("- ") else 0)
+        ind = len(nxt) - len(nxt.lstrip(" "))
+        if ind < base or (ind == base and not nxt.lstrip().startswith("- ")):
+            continue
+        if nxt.lstrip().startswith("- "):
+            offset = ind - base if offset is None else offset
+        elif ind > base:
+            mapping = ind - base if mapping is None else mapping
+        if mapping is not None and offset is not None:
+            break
+    nulls = len(re.findall(r":[ \t]+null[ \t]*(?:#.*)?$", text, re.M))
+    tildes = len(re.findall(r":[ \t]+~[ \t]*(?:#.*)?$", text, re.M))
+    return {
+        "mapping": mapping or 2,
+        "offset": offset or 0,
+        "null": "~" if tildes > nulls else "null",
+        "explicit_start": text.lstrip().startswith("---"),
+    }
+
+
+def _yaml(style: dict[str, Any] | None = None) -> Any:
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096
+    if style is not None:
+        y.indent(mapping=style["mapping"], sequence=style["offset"] + 2, offset=style["offset"])
+        y.explicit_start = style["explicit_start"] or None
+        spelled = style["null"]
+        y.representer.add_representer(
+            type(None), lambda rep, _data: rep.represent_scalar("tag:yaml.org,2002:null", spelled)
+        )
+    return y
+
+
+def load(text: str, path: str) -> Any:
+    """Parse `text` (round-trip); raise `MigrationError` with file:line:column for invalid YAML or duplicate keys."""
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    try:
+        return _yaml().load(text)
+    except MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        problem = " ".join(str(x) for x in (e.context, e.problem) if x)
+        if type(e).__name__ == "DuplicateKeyError":
+            problem = f"duplicate key: {problem}; keep one of them"
+        line = mark.line + 1 if mark is not None else None
+        col = mark.column + 1 if mark is not None else None
+        raise MigrationError(f"invalid YAML: {problem}", path=path, line=line, column=col) from e
+    except YAMLError as e:
+        raise MigrationError(f"invalid YAML: {e}", path=path) from e
+
+
+def dump(data: Any, original: str) -> str:
+    """Serialise `data` in the style guessed from `original`."""
+    buf = io.StringIO()
+    _yaml(guess_style(original)).dump(data, buf)
+    out = buf.getvalue()
+    if not original.endswith("\n") and out.endswith("\n"):
+        out = out[:-1]
+    return out

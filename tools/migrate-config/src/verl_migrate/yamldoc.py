@@ -1,0 +1,330 @@
+"""`YamlDoc`: the `Doc` interface over a ruamel.yaml round-trip tree (comments and order kept)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from verl_migrate.doc import Doc, GroupEntry
+from verl_migrate.keys import is_old_key, old_defaults
+from verl_migrate.report import FileReport
+
+_OLD_TARGET_PREFIX = ("verl.workers.config.", "verl.trainer.config.Diffusion")
+
+
+def _split(path: str) -> list[str]:
+    return path.split(".") if path else []
+
+
+def _slot(container: Any) -> int:
+    return 0 if isinstance(container, CommentedSeq) else 2
+
+
+def _last_leaf(container: Any, key: Any) -> tuple[Any, Any]:
+    """Return the container/key whose end-of-line comment closes the value at `container[key]`."""
+    value = container[key]
+    while isinstance(value, (CommentedMap, CommentedSeq)) and len(value):
+        container, key = value, (list(value.keys())[-1] if isinstance(value, CommentedMap) else len(value) - 1)
+        value = container[key]
+    return container, key
+
+
+def _token(container: Any, key: Any) -> Any:
+    entry = container.ca.items.get(key)
+    if not entry:
+        return None
+    slot = _slot(container)
+    return entry[slot] if len(entry) > slot else None
+
+
+def _append_comment(container: Any, key: Any, text: str, like: Any) -> None:
+    """Append comment lines `text` after the value at `container[key]`."""
+    tok = _token(container, key)
+    if tok is not None:
+        tok.value = tok.value + text
+        return
+    new = type(like)("\n" + text, like.start_mark, None)
+    entry = container.ca.items.setdefault(key, [None, None, None, None])
+    entry[_slot(container)] = new
+
+
+class YamlDoc(Doc):
+    """A YAML document; paths address nested mappings."""
+
+    kind = "yaml"
+    #: mapping indentation of the file (moved keys' end-of-line comments keep their distance)
+    indent = 2
+
+    def __init__(self, root: CommentedMap, report: FileReport):
+        """Wrap the loaded root mapping and work out whether it is a dump, layered on defaults, or legacy."""
+        super().__init__(report)
+        self.root = root
+        self._created: dict[str, str] = {}
+        self.full_dump = any(
+            self.has(p) for p in ("actor_rollout_ref.rollout._target_", "actor_rollout_ref.actor._target_")
+        )
+        entries = self.group_entries()
+        on_trainer = any(e.group.lstrip("/") == "diffusion_trainer" for e in entries)
+        self.root_based = self.full_dump or on_trainer
+        self.legacy = self._looks_legacy(entries)
+
+    def _looks_legacy(self, entries: list[GroupEntry]) -> bool:
+        from verl_migrate.keys import is_head_key
+
+        old_groups = {"model_engine", "actor", "ref", "rollout", "model", "critic", "legacy_reward_impl"}
+        if any(e.group in old_groups for e in entries):
+            return True
+        for path in self.leaves():
+            if is_old_key(path) and not is_head_key(path):
+                return True
+            if path.endswith("._target_") and str(self.get(path)).startswith(_OLD_TARGET_PREFIX):
+                return True
+        return False
+
+    # -- navigation -------------------------------------------------------------------------------------------
+    def _locate(self, path: str) -> tuple[Any, str] | None:
+        parts = _split(path)
+        node: Any = self.root
+        for part in parts[:-1]:
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        if not isinstance(node, dict) or parts[-1] not in node:
+            return None
+        return node, parts[-1]
+
+    def _node(self, path: str) -> Any:
+        if not path:
+            return self.root
+        loc = self._locate(path)
+        return None if loc is None else loc[0][loc[1]]
+
+    def has(self, path: str) -> bool:
+        """Return whether `path` is present (leaf or mapping)."""
+        return not path or self._locate(path) is not None
+
+    def is_map(self, path: str) -> bool:
+        """Return whether `path` is a mapping with at least one key."""
+        node = self._node(path)
+        return isinstance(node, dict) and len(node) > 0
+
+    def get(self, path: str) -> Any:
+        """Return the raw ruamel value at `path` (None if absent)."""
+        return self._node(path)
+
+    def children(self, path: str) -> list[str]:
+        """Return the keys directly below `path`."""
+        node = self._node(path)
+        return [str(k) for k in node] if isinstance(node, dict) else []
+
+    def leaves(self, path: str = "") -> list[str]:
+        """Return leaf paths at or below `path` (an empty mapping counts as a leaf), skipping `defaults`."""
+        node = self._node(path)
+        if path and not (isinstance(node, dict) and len(node)):
+            return [path] if self.has(path) else []
+        out: list[str] = []
+        for key in node:
+            if not path and key in ("defaults", "hydra"):
+                continue
+            out.extend(self.leaves(f"{path}.{key}" if path else str(key)))
+        return out
+
+    def line(self, path: str) -> int | None:
+        """Return the 1-based line of the key at `path`."""
+        loc = self._locate(path) if path else None
+        if loc is None:
+            return None
+        try:
+            return loc[0].lc.key(loc[1])[0] + 1
+        except (KeyError, TypeError, AttributeError):
+            return None
+
+    # -- comments ---------------------------------------------------------------------------------------------
+    def _prev_leaf(self, parent: CommentedMap, key: str) -> tuple[Any, Any] | None:
+        keys = list(parent.keys())
+        i = keys.index(key)
+        if i > 0:
+            return _last_leaf(parent, keys[i - 1])
+        return None
+
+    def _pop(self, parent: CommentedMap, key: str) -> tuple[Any, Any]:
+        """Remove `parent[key]`; return its value and end-of-line comment token; keep following comment lines."""
+        holder, hkey = _last_leaf(parent, key)
+        tok = _token(holder, hkey)
+        keep = None
+        if tok is not None:
+            first, _, rest = tok.value.partition("\n")
+            if rest:
+                prev = self._prev_leaf(parent, key)
+                if prev is not None:
+                    _append_comment(prev[0], prev[1], rest, tok)
+                elif isinstance(parent.ca.comment, list) and len(parent.ca.comment) > 1:
+                    pass  # comment lines before the first key stay with the mapping
+            if holder is parent:
+                keep = tok if first.strip() else None
+                if keep is not None:
+                    keep.value = first + "\n"
+            else:
+                tok.value = first + "\n" if first.strip() else ""
+        parent.ca.items.pop(key, None)
+        value = parent[key]
+        del parent[key]
+        return value, keep
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def delete(self, path: str) -> None:
+        """Remove `path` and every mapping that becomes empty because of it."""
+        loc = self._locate(path)
+        if loc is None:
+            return
+        self._pop(loc[0], loc[1])
+        parts = _split(path)[:-1]
+        while parts:
+            node = self._node(".".join(parts))
+            if isinstance(node, dict) and not node:
+                ploc = self._locate(".".join(parts))
+                assert ploc is not None
+                self._pop(ploc[0], ploc[1])
+                parts = parts[:-1]
+            else:
+                break
+
+    def _ensure_map(self, parts: list[str], anchor: list[str] | None, anchor_pos: dict[str, int]) -> CommentedMap:
+        """Return the mapping at `parts`, creating missing ones next to where `anchor` was."""
+        node: Any = self.root
+        for i, part in enumerate(parts):
+            if part not in node:
+                pos = len(node)
+                slot = ".".join(anchor[: i + 1]) if anchor is not None else ""
+                if anchor is not None and len(anchor) > i and anchor[:i] == parts[:i]:
+                    keys = list(node.keys())
+                    if self._created.get(slot) in keys:
+                        pos = keys.index(self._created[slot]) + 1
+                    elif anchor[i] in keys:
+                        pos = keys.index(anchor[i]) + 1
+                    else:
+                        pos = min(anchor_pos.get(slot, pos), len(node))
+                    self._created[slot] = part
+                node.insert(pos, part, CommentedMap())
+            node = node[part]
+            if not isinstance(node, dict):
+                raise TypeError(".".join(parts[: i + 1]))
+        return node
+
+    def move(self, src: str, dst: str) -> None:
+        """Move `src` to the absent `dst`; new mappings are created where `src` was."""
+        loc = self._locate(src)
+        if loc is None:
+            return
+        s_parts, d_parts = _split(src), _split(dst)
+        anchor_pos: dict[str, int] = {}
+        for i in range(1, len(s_parts) + 1):
+            ploc = self._locate(".".join(s_parts[:i]))
+            assert ploc is not None
+            anchor_pos[".".join(s_parts[:i])] = list(ploc[0].keys()).index(ploc[1])
+        value, tok = self._pop(*loc)
+        parts = s_parts[:-1]
+        while parts and parts != d_parts[: len(parts)]:
+            node = self._node(".".join(parts))
+            if not (isinstance(node, dict) and not node):
+                break
+            ploc = self._locate(".".join(parts))
+            assert ploc is not None
+            self._pop(*ploc)
+            parts = parts[:-1]
+        target = self._ensure_map(d_parts[:-1], s_parts, anchor_pos)
+        pos = min(anchor_pos[src], len(target)) if d_parts[:-1] == s_parts[:-1] else len(target)
+        target.insert(pos, d_parts[-1], value)
+        if tok is not None:
+            shift = (len(d_parts) - len(s_parts)) * self.indent + len(d_parts[-1]) - len(s_parts[-1])
+            with contextlib.suppress(AttributeError, TypeError):
+                tok.column = max(0, tok.column + shift)
+            target.ca.items[d_parts[-1]] = [None, None, tok, None]
+
+    def set(self, path: str, value: Any, first: bool = False) -> None:
+        """Set `path` to `value` (Python data; lists in flow style); a new key goes last, or first if `first`."""
+        if isinstance(value, list):
+            seq = CommentedSeq(value)
+            seq.fa.set_flow_style()
+            value = seq
+        loc = self._locate(path)
+        if loc is not None:
+            parent, key = loc
+            tok = _token(parent, key) if not isinstance(parent[key], (dict, list)) else None
+            if tok is not None:
+                with contextlib.suppress(AttributeError, TypeError):
+                    tok.column = max(0, tok.column + len(str(value)) - len(str(parent[key])))
+            parent[key] = value
+            return
+        parts = _split(path)
+        parent = self._ensure_map(parts[:-1], None, {})
+        parent.insert(0 if first else len(parent), parts[-1], value)
+
+    def strings(self) -> Iterator[tuple[str, str, Any]]:
+        """Yield `(path, text, (container, key))` for every string scalar outside `defaults`."""
+
+        def walk(node: Any, path: str) -> Iterator[tuple[str, str, Any]]:
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for k, v in items:
+                if not path and k in ("defaults", "hydra"):
+                    continue
+                p = f"{path}.{k}" if path else str(k)
+                if isinstance(v, str):
+                    yield p, str(v), (node, k)
+                elif isinstance(v, (dict, list)):
+                    yield from walk(v, p)
+
+        yield from walk(self.root, "")
+
+    def replace_string(self, handle: Any, text: str) -> None:
+        """Replace a string value, keeping its scalar style (quotes)."""
+        node, key = handle
+        old = node[key]
+        node[key] = type(old)(text) if type(old) is not str else text
+
+    # -- defaults list ----------------------------------------------------------------------------------------
+    def group_entries(self) -> list[GroupEntry]:
+        """Return the entries of the top-level `defaults:` list."""
+        seq = self.root.get("defaults") if isinstance(self.root, dict) else None
+        if not isinstance(seq, list):
+            return []
+        out = []
+        for i, item in enumerate(seq):
+            if isinstance(item, str):
+                out.append(GroupEntry((seq, i), item, None, None, False))
+            elif isinstance(item, dict) and len(item) == 1:
+                ((name, option),) = item.items()
+                override = str(name).startswith("override ")
+                name = str(name)[len("override ") :] if override else str(name)
+                group, _, package = name.partition("@")
+                out.append(
+                    GroupEntry((seq, i), group, package or None, None if option is None else str(option), override)
+                )
+        return out
+
+    def replace_group(self, entry: GroupEntry, group: str, package: str | None, option: str | None) -> None:
+        """Rewrite a defaults entry in place (same position, same comment)."""
+        seq, i = entry.handle
+        if option is None and entry.option is None:
+            seq[i] = group
+            return
+        name = ("override " if entry.override else "") + (f"{group}@{package}" if package else group)
+        item = seq[i]
+        new = CommentedMap()
+        new[name] = option
+        if isinstance(item, CommentedMap):
+            new.fa.set_flow_style() if item.fa.flow_style() else None
+        seq[i] = new
+
+    def delete_group(self, entry: GroupEntry) -> None:
+        """Remove a defaults entry (later handles are re-read by the caller)."""
+        seq, i = entry.handle
+        del seq[i]
+
+
+def old_default_text(path: str) -> str | None:
+    """Return the old verl default of `path` as text, or None when the old tree has no such leaf."""
+    return old_defaults().get(path)
