@@ -18,6 +18,8 @@ from verl_core.rollout.weights import WeightUpdate, check_manifest
 
 __all__ = ["HFHttpServer"]
 
+# transformers samples from torch's process-wide RNG; servers sharing a process take turns so seeds hold.
+_RNG_LOCK = threading.Lock()
 _DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -111,11 +113,11 @@ class HFHttpServer(RolloutHttpServer):
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_tokens, "do_sample": params.temperature > 0}
         if params.temperature > 0:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0))
-        if seed is not None:
-            torch.manual_seed(seed)
         model = self._peft if self._peft is not None else self._model
         input_ids = torch.tensor([ids], device=self._device)
-        with torch.inference_mode():
+        with _RNG_LOCK, torch.inference_mode():
+            if seed is not None:
+                torch.manual_seed(seed)
             out = model.generate(
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),

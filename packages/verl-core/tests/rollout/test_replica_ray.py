@@ -1,0 +1,47 @@
+"""`RolloutReplica` on a local Ray cluster (2 CPUs): placement, routing, a killed server reported by rank."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from verl_core.config import RolloutConfig
+from verl_core.rollout.replica import RolloutReplica
+from verl_core.testing.server_contract import run
+
+ray = pytest.importorskip("ray")
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+REQUEST = {"prompt_ids": [4, 5, 6], "sampling_params": {"max_tokens": 4}}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_replica_places_servers_routes_and_survives_a_dead_rank(ray_cluster, tiny_llm_path):
+    replica = RolloutReplica(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu"), num_servers=2)
+
+    async def scenario():
+        try:
+            addresses = await replica.launch()
+            first = await asyncio.gather(*(replica.generate(REQUEST) for _ in range(4)))
+            synced = await replica.update_weights({"model.norm.weight": __import__("torch").ones(32)}, version=3)
+            ray.kill(replica.actors[0])
+            await asyncio.sleep(0.5)
+            second = await asyncio.gather(*(replica.generate(REQUEST) for _ in range(3)))
+            return addresses, first, synced, second, dict(replica.router.dead)
+        finally:
+            await replica.shutdown()
+
+    addresses, first, synced, second, dead = run(scenario())
+    assert len(set(addresses)) == 2
+    assert sorted(r["server_rank"] for r in first) == [0, 0, 1, 1]
+    assert {rank: r["weight_version"] for rank, r in synced.items()} == {0: 3, 1: 3}
+    assert {r["server_rank"] for r in second} == {1} and all(r["weight_version"] == 3 for r in second)
+    assert list(dead) == [0] and "rank 0" in dead[0]
+    assert ray.util.list_named_actors() == [] or "verl_server_0" not in ray.util.list_named_actors()
