@@ -1,0 +1,153 @@
+"""Log-prob pipeline vs stock diffusers `__call__`: images/s on the same pipeline, batch and steps.
+
+The log-prob pipeline does the same network work as the stock pipeline (same CFG, same steps) plus the
+bookkeeping of FlowGRPO: SDE noise in the window, per-step log-probs, stored latents, trajectory TensorDict.
+Target: ratio (log-prob images/s / stock images/s) >= 0.9.
+
+CPU (tiny random model):
+    python benchmarks/bench_logprob_pipeline.py
+GPU (one H200, mid-size random Qwen-Image transformer 16 layers x 12 heads x 128, bf16, 512x512):
+    python benchmarks/bench_logprob_pipeline.py --device cuda --preset mid
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+
+from verl_omni.pipelines import (
+    DiffusionSamplingConfig,
+    QwenImagePipelineWithLogProb,
+    StableDiffusion3PipelineWithLogProb,
+    make_generators,
+)
+from verl_omni.testing import build_tiny_pipeline
+
+PROMPTS = [
+    "a photo of a cat sitting on a red chair",
+    "a watercolor painting of a mountain lake at sunrise",
+    "an astronaut riding a horse on the moon",
+    "a bowl of fruit with apples, oranges and bananas",
+    "the word HELLO written in neon letters on a brick wall",
+    "two dogs playing in the snow, high resolution, detailed",
+    "a red sports car parked in front of a glass building",
+    "a lighthouse on a cliff during a storm",
+]
+
+
+def machine_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name(0)} (torch {torch.__version__})"
+    cpu = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {torch.get_num_threads()} threads (torch {torch.__version__})"
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model", default="qwen_image", choices=["qwen_image", "sd3"])
+    ap.add_argument("--preset", default="tiny", choices=["tiny", "small", "mid"])
+    ap.add_argument("--batch", type=int, default=None, help="images per call (default 4 on cpu, 8 on cuda)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--size", type=int, default=None, help="height = width (default 128 on cpu, 512 on cuda)")
+    ap.add_argument("--guidance", type=float, default=4.0, help="true CFG (Qwen) / CFG (SD3) scale; 1 = off")
+    ap.add_argument("--max-sequence-length", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--chart", default=None, help="PNG path (default: a temp file)")
+    args = ap.parse_args()
+    cuda = args.device.startswith("cuda")
+    batch = args.batch or (8 if cuda else 4)
+    size = args.size or (512 if cuda else 128)
+    dtype = torch.bfloat16 if cuda else torch.float32
+
+    folder = tempfile.mkdtemp(prefix=f"bench_{args.model}_{args.preset}_")
+    build_tiny_pipeline(args.model, folder, preset=args.preset, seed=0, torch_dtype=dtype)
+    cls = QwenImagePipelineWithLogProb if args.model == "qwen_image" else StableDiffusion3PipelineWithLogProb
+    pipe = cls.from_pretrained(folder, dtype=dtype).to(args.device)
+    pipe.set_progress_bar_config(disable=True)
+    n_params = sum(p.numel() for p in pipe.transformer.parameters())
+    prompts = (PROMPTS * ((batch + len(PROMPTS) - 1) // len(PROMPTS)))[:batch]
+
+    cfg = DiffusionSamplingConfig(
+        n=1, num_inference_steps=args.steps, height=size, width=size, guidance_scale=args.guidance,
+        noise_level=1.2, sde_window_size=2, sde_window_range=[0, min(5, args.steps - 1)],
+        max_sequence_length=args.max_sequence_length, negative_prompt=" ",
+    )  # fmt: skip
+    stock_kwargs = {"height": size, "width": size, "num_inference_steps": args.steps, "output_type": "pt"}
+    if args.model == "qwen_image":
+        stock_kwargs |= {"true_cfg_scale": args.guidance, "negative_prompt": " ",
+                         "max_sequence_length": args.max_sequence_length}  # fmt: skip
+        stock_call = type(pipe).__mro__[2].__call__  # QwenImagePipeline.__call__
+    else:
+        stock_kwargs |= {"guidance_scale": args.guidance, "negative_prompt": "",
+                         "max_sequence_length": args.max_sequence_length}  # fmt: skip
+        stock_call = type(pipe).__mro__[2].__call__  # StableDiffusion3Pipeline.__call__
+
+    def run_stock() -> None:
+        stock_call(pipe, prompts, generator=make_generators(0, batch, args.device), **stock_kwargs)
+
+    def run_logprob() -> None:
+        pipe.generate_with_logprob(prompts, cfg, make_generators(0, batch, args.device))
+
+    times: dict[str, list[float]] = {"stock __call__": [], "log-prob pipeline": []}
+    runners = {"stock __call__": run_stock, "log-prob pipeline": run_logprob}
+    for fn in runners.values():  # warm-up
+        fn()
+    for _ in range(args.repeats):  # interleaved, so drift hits both
+        for name, fn in runners.items():
+            sync(args.device)
+            t0 = time.perf_counter()
+            fn()
+            sync(args.device)
+            times[name].append(time.perf_counter() - t0)
+
+    ips = {name: batch / statistics.median(ts) for name, ts in times.items()}
+    best = {name: batch / min(ts) for name, ts in times.items()}
+    ratio = ips["log-prob pipeline"] / ips["stock __call__"]
+    ratio_best = best["log-prob pipeline"] / best["stock __call__"]
+    print(f"machine: {machine_name(args.device)}")
+    print(f"model: {args.model} preset={args.preset} transformer={n_params / 1e6:.2f}M params dtype={dtype}")
+    print(f"batch={batch} steps={args.steps} size={size}x{size} guidance={args.guidance} repeats={args.repeats}")
+    for name, value in ips.items():
+        print(
+            f"{name:>18}: {value:8.3f} images/s  (median {statistics.median(times[name]):.4f} s/call, "
+            f"best {min(times[name]):.4f} s/call)"
+        )
+    print(f"ratio log-prob / stock (median): {ratio:.3f}  (target >= 0.9: {'PASS' if ratio >= 0.9 else 'FAIL'})")
+    print(f"ratio log-prob / stock (best of {args.repeats}): {ratio_best:.3f}")
+
+    chart = args.chart or tempfile.mktemp(prefix="bench_logprob_pipeline_", suffix=".png")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 3))
+        ax.bar(list(ips), list(ips.values()), color=["#888888", "#3b7dd8"])
+        ax.set_ylabel("images / s")
+        ax.set_title(f"{args.model} {args.preset} on {args.device}: ratio {ratio:.3f}")
+        fig.tight_layout()
+        fig.savefig(chart)
+        print(f"chart: {chart}")
+    except ImportError:
+        print("chart: matplotlib not installed, skipped")
+
+
+if __name__ == "__main__":
+    main()
