@@ -51,7 +51,7 @@ def _type_error(path: str, value: Any) -> str | None:
         bool: lambda v: isinstance(v, bool),
         int: lambda v: isinstance(v, int) and not isinstance(v, bool),
         float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-        list: lambda v: isinstance(v, list),
+        list: lambda v: isinstance(v, (list, str)),
         dict: lambda v: isinstance(v, dict),
     }.get(type(want), lambda v: not isinstance(v, (list, dict)))
     if value is None or ok(value):

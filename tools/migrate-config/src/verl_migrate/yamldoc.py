@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from verl_migrate.doc import Doc, GroupEntry
+from verl_migrate.errors import MigrationError
 from verl_migrate.keys import is_old_key, old_defaults
 from verl_migrate.report import FileReport
 
@@ -40,13 +42,34 @@ def _token(container: Any, key: Any) -> Any:
     return entry[slot] if len(entry) > slot else None
 
 
+def _own_token(container: Any, key: Any) -> Any:
+    """Return the end-of-line comment token of `container[key]` as a private copy (None if absent or borrowed).
+
+    ruamel shares one token object between an anchored value and its aliases; a token that does not sit on the
+    key's own line belongs to the anchor and is left alone.
+    """
+    tok = _token(container, key)
+    if tok is None:
+        return None
+    try:
+        own_line = container.lc.key(key)[0] if isinstance(container, CommentedMap) else container.lc.item(key)[0]
+        if tok.value.lstrip(" ").startswith("#") and tok.start_mark.line != own_line:
+            container.ca.items.pop(key, None)
+            return None
+    except (AttributeError, KeyError, TypeError, IndexError):
+        pass
+    new = type(tok)(tok.value, copy.copy(tok.start_mark), None)
+    container.ca.items[key][_slot(container)] = new
+    return new
+
+
 def _append_comment(container: Any, key: Any, text: str, like: Any) -> None:
     """Append comment lines `text` after the value at `container[key]`."""
-    tok = _token(container, key)
+    tok = _own_token(container, key)
     if tok is not None:
         tok.value = tok.value + text
         return
-    new = type(like)("\n" + text, like.start_mark, None)
+    new = type(like)("\n" + text, copy.copy(like.start_mark), None)
     entry = container.ca.items.setdefault(key, [None, None, None, None])
     entry[_slot(container)] = new
 
@@ -63,6 +86,7 @@ class YamlDoc(Doc):
         super().__init__(report)
         self.root = root
         self._created: dict[str, str] = {}
+        self._pending_trailing: list[tuple[Any, str]] = []
         self.full_dump = any(
             self.has(p) for p in ("actor_rollout_ref.rollout._target_", "actor_rollout_ref.actor._target_")
         )
@@ -150,10 +174,51 @@ class YamlDoc(Doc):
             return _last_leaf(parent, keys[i - 1])
         return None
 
+    def _check_own(self, parent: CommentedMap, key: str) -> None:
+        own = getattr(parent, "_ok", None)
+        if own is not None and key not in own:
+            raise MigrationError(
+                f"key `{key}` comes from a YAML merge (`<<: *anchor`) and has to move; rename it in the anchored "
+                "mapping or write it out instead of merging, then run again",
+                path=self.report.path,
+                line=self.line_of_map(parent),
+            )
+
+    def line_of_map(self, node: Any) -> int | None:
+        """Return the 1-based first line of a mapping node, if known."""
+        try:
+            return node.lc.line + 1
+        except (AttributeError, TypeError):
+            return None
+
+    def _move_trailing(self, parent: CommentedMap, new_key: str) -> None:
+        """Give the comment/blank lines that ended `parent` to the key just appended at its end."""
+        keys = list(parent.keys())
+        if len(keys) < 2 or keys[-1] != new_key:
+            return
+        holder, hkey = _last_leaf(parent, keys[-2])
+        tok = _own_token(holder, hkey)
+        if tok is None:
+            return
+        first, nl, rest = tok.value.partition("\n")
+        if not rest:
+            return
+        tok.value = first + "\n" if first.strip() else "\n" if first == "" else first + "\n"
+        if not first.strip():
+            holder.ca.items.pop(hkey, None)
+        nholder, nkey = _last_leaf(parent, new_key)
+        _append_comment(nholder, nkey, rest, tok)
+
+    def _flush_trailing(self) -> None:
+        for node, key in reversed(self._pending_trailing):
+            self._move_trailing(node, key)
+        self._pending_trailing = []
+
     def _pop(self, parent: CommentedMap, key: str) -> tuple[Any, Any]:
         """Remove `parent[key]`; return its value and end-of-line comment token; keep following comment lines."""
+        self._check_own(parent, key)
         holder, hkey = _last_leaf(parent, key)
-        tok = _token(holder, hkey)
+        tok = _own_token(holder, hkey)
         keep = None
         if tok is not None:
             first, _, rest = tok.value.partition("\n")
@@ -209,6 +274,8 @@ class YamlDoc(Doc):
                         pos = min(anchor_pos.get(slot, pos), len(node))
                     self._created[slot] = part
                 node.insert(pos, part, CommentedMap())
+                if pos == len(node) - 1:
+                    self._pending_trailing.append((node, part))
             node = node[part]
             if not isinstance(node, dict):
                 raise TypeError(".".join(parts[: i + 1]))
@@ -238,6 +305,9 @@ class YamlDoc(Doc):
         target = self._ensure_map(d_parts[:-1], s_parts, anchor_pos)
         pos = min(anchor_pos[src], len(target)) if d_parts[:-1] == s_parts[:-1] else len(target)
         target.insert(pos, d_parts[-1], value)
+        if pos == len(target) - 1:
+            self._move_trailing(target, d_parts[-1])
+        self._flush_trailing()
         if tok is not None:
             shift = (len(d_parts) - len(s_parts)) * self.indent + len(d_parts[-1]) - len(s_parts[-1])
             with contextlib.suppress(AttributeError, TypeError):
@@ -253,7 +323,7 @@ class YamlDoc(Doc):
         loc = self._locate(path)
         if loc is not None:
             parent, key = loc
-            tok = _token(parent, key) if not isinstance(parent[key], (dict, list)) else None
+            tok = _own_token(parent, key) if not isinstance(parent[key], (dict, list)) else None
             if tok is not None:
                 with contextlib.suppress(AttributeError, TypeError):
                     tok.column = max(0, tok.column + len(str(value)) - len(str(parent[key])))
@@ -262,6 +332,9 @@ class YamlDoc(Doc):
         parts = _split(path)
         parent = self._ensure_map(parts[:-1], None, {})
         parent.insert(0 if first else len(parent), parts[-1], value)
+        if not first:
+            self._move_trailing(parent, parts[-1])
+        self._flush_trailing()
 
     def strings(self) -> Iterator[tuple[str, str, Any]]:
         """Yield `(path, text, (container, key))` for every string scalar outside `defaults`."""
