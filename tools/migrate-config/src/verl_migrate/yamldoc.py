@@ -200,10 +200,10 @@ class YamlDoc(Doc):
         tok = _own_token(holder, hkey)
         if tok is None:
             return
-        first, nl, rest = tok.value.partition("\n")
+        first, _, rest = tok.value.partition("\n")
         if not rest:
             return
-        tok.value = first + "\n" if first.strip() else "\n" if first == "" else first + "\n"
+        tok.value = first + "\n"
         if not first.strip():
             holder.ca.items.pop(hkey, None)
         nholder, nkey = _last_leaf(parent, new_key)
