@@ -32,6 +32,11 @@ OLD = textwrap.dedent(
 )
 
 
+def _read(path) -> str:
+    with open(path, encoding="utf-8", newline="") as fh:
+        return fh.read()
+
+
 def _write(tmp_path, name: str, text: str | bytes) -> str:
     p = tmp_path / name
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -49,13 +54,13 @@ def test_stdout_is_the_migrated_yaml(tmp_path, capsys) -> None:
     assert "pipeline:\n      height: 256  # px" in out
     assert "name: VisualRewardManager" in out
     assert "my_team:\n  owner: alice" in out  # unknown keys kept verbatim
-    assert open(path).read() == OLD
+    assert _read(path) == OLD
 
 
 def test_output_file(tmp_path, capsys) -> None:
     path, out = _write(tmp_path, "old.yaml", OLD), str(tmp_path / "new.yaml")
     assert main([path, "-o", out]) == 0
-    assert "diffusion_loss:" in open(out).read()
+    assert "diffusion_loss:" in _read(out)
     assert capsys.readouterr().out == ""
 
 
@@ -63,8 +68,8 @@ def test_in_place_keeps_a_backup_and_the_mode(tmp_path) -> None:
     path = _write(tmp_path, "old.yaml", OLD)
     os.chmod(path, 0o640)
     assert main(["-i", path]) == 0
-    assert open(path + ".bak").read() == OLD
-    assert "algo:" in open(path).read()
+    assert _read(path + ".bak") == OLD
+    assert "algo:" in _read(path)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
     assert sorted(os.listdir(tmp_path)) == ["old.yaml", "old.yaml.bak"]
 
@@ -84,7 +89,7 @@ def test_in_place_interrupted_leaves_the_file_whole(tmp_path, monkeypatch) -> No
     monkeypatch.setattr(files.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         main(["-i", path])
-    assert open(path).read() == OLD
+    assert _read(path) == OLD
     assert os.listdir(tmp_path) == ["old.yaml"]
 
 
@@ -100,7 +105,7 @@ def test_check_exit_codes(tmp_path, capsys) -> None:
     old = _write(tmp_path, "old.yaml", OLD)
     assert main(["--check", old]) == 1
     assert "would migrate" in capsys.readouterr().err
-    assert open(old).read() == OLD
+    assert _read(old) == OLD
     assert main(["-i", old]) == 0
     assert main(["--check", old]) == 0  # already migrated: nothing to do
 
@@ -115,7 +120,7 @@ def test_already_migrated_is_untouched(tmp_path) -> None:
 def test_report_json_lists_changes_unknown_keys_and_semantics(tmp_path) -> None:
     path, rep = _write(tmp_path, "old.yaml", OLD), str(tmp_path / "r.json")
     assert main(["--check", "--report", "json", "--report-file", rep, path]) == 1
-    (data,) = json.load(open(rep))["files"]
+    (data,) = json.loads(_read(rep))["files"]
     rules = {c["rule_id"] for c in data["changes"]}
     assert {"rollout-height-to-pipeline", "rollout-extra-configs-split", "reward-manager-visual"} <= rules
     unknown = [f["path"] for f in data["findings"] if f["category"] == "unknown"]
@@ -176,7 +181,7 @@ def test_bad_yaml_exit_2_and_file_untouched(tmp_path, capsys, text, match) -> No
     import re
 
     assert re.search(match, err), err
-    assert open(path).read() == text and os.listdir(tmp_path) == ["bad.yaml"]
+    assert _read(path) == text and os.listdir(tmp_path) == ["bad.yaml"]
 
 
 def test_binary_file(tmp_path, capsys) -> None:
@@ -229,7 +234,7 @@ def test_conflicting_old_and_new_keys(tmp_path, capsys) -> None:
         "c.yaml:3: `actor_rollout_ref.rollout.height` (256) and `actor_rollout_ref.rollout.pipeline.height` (512)"
         in err
     )
-    assert open(path).read() == text
+    assert _read(path) == text
 
 
 def test_equal_old_and_new_keys_merge(tmp_path, capsys) -> None:
@@ -268,7 +273,8 @@ def test_list_rules(capsys) -> None:
 def test_crlf_line_endings_kept(tmp_path, capsys) -> None:
     path = _write(tmp_path, "w.yaml", OLD.replace("\n", "\r\n").encode())
     assert main(["-i", "--no-backup", path]) == 0
-    data = open(path, "rb").read()
+    with open(path, "rb") as fh:
+        data = fh.read()
     assert b"pipeline:\r\n" in data and b"\n" not in data.replace(b"\r\n", b"")
 
 
