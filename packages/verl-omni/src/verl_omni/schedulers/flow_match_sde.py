@@ -400,5 +400,6 @@ def draw_sde_window(
             f"sde_window_size: {window_size} steps do not fit in sde_window_range ({r0}, {r1}) "
             f"of a {num_steps}-step schedule"
         )
-    start = int(torch.randint(r0, r1 - window_size + 1, (1,), generator=generator).item())
+    device = generator.device if generator is not None else "cpu"
+    start = int(torch.randint(r0, r1 - window_size + 1, (1,), generator=generator, device=device).item())
     return start, start + window_size

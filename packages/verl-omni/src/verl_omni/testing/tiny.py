@@ -184,6 +184,9 @@ def _build_qwen_image(preset: TinyPreset, seed: int) -> Any:
             "num_key_value_heads": 2,
             "max_position_embeddings": 2048,
             "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            "bos_token_id": None,
+            "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            "pad_token_id": tokenizer.pad_token_id,
         },
         vision_config={
             "depth": 1,
