@@ -199,3 +199,15 @@ def test_engine_update_rejects_missing_keys_and_forward_only(make_engine, qwen_t
     frozen = make_engine(actor=_actor(fsdp={"forward_only": True}))
     with pytest.raises(ValueError, match=r"forward_only=true"):
         frozen.update_policy(batch)
+
+
+def test_engine_gradient_checkpointing_gives_the_same_update(make_engine, qwen_trajectory):
+    grads = []
+    for checkpointing in (False, True):
+        engine = make_engine(model={"enable_gradient_checkpointing": checkpointing})
+        assert engine.module.is_gradient_checkpointing == checkpointing
+        batch = _with_update_keys(qwen_trajectory, engine.compute_log_prob(qwen_trajectory)["old_log_probs"])
+        engine.update_policy(batch)
+        grads.append(_grads(engine))
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-9, rtol=1e-6, msg=name)

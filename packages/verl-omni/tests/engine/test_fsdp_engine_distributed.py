@@ -31,7 +31,9 @@ def _load_worker():
 def _run(nproc: int, pipeline: pathlib.Path, batch: pathlib.Path, out: pathlib.Path, *extra: str) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(WORKER),
            "--pipeline", str(pipeline), "--batch", str(batch), "--out", str(out), *extra]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    dist_vars = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
+    env = {k: v for k, v in os.environ.items() if k not in dist_vars}
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise AssertionError(f"{nproc}-process run failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")

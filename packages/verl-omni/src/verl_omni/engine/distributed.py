@@ -53,14 +53,14 @@ def ensure_process_group(device: torch.device, *, timeout_s: float = 600.0) -> N
         return
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if "RANK" not in os.environ:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    kwargs = {}
+    if "RANK" not in os.environ:  # not launched by torchrun / Ray: a world of one, without touching os.environ
+        kwargs = {"init_method": f"tcp://127.0.0.1:{free_port()}", "rank": 0, "world_size": 1}
     dist.init_process_group(
         backend=backend,
         timeout=datetime.timedelta(seconds=timeout_s),
         device_id=device if device.type == "cuda" else None,
+        **kwargs,
     )
 
 
