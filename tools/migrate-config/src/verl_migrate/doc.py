@@ -91,6 +91,10 @@ class Doc:
         """Move `src` (leaf or subtree) to the absent path `dst`, keeping its comment."""
         raise NotImplementedError
 
+    def move_deletions(self, src: str, dst: str) -> list[str]:
+        """Rename `~src` deletions to `~dst` (overrides only); return the renamed keys."""
+        return []
+
     def set(self, path: str, value: Any, first: bool = False) -> None:
         """Set `path` to `value`, creating missing mappings (a new key goes first in its mapping if `first`)."""
         raise NotImplementedError

@@ -145,6 +145,15 @@ class OverrideDoc(Doc):
             e.key = dst + str(e.key)[len(src) :]
             e.prefix = plus_prefix(e.key, e.prefix)
 
+    def move_deletions(self, src: str, dst: str) -> list[str]:
+        """Rename `~src` (and `~src.x`) deletions to `~dst...`; return the old keys."""
+        done = []
+        for e in self.entries:
+            if e.is_config and e.prefix == "~" and not e.deleted and (e.key == src or str(e.key).startswith(src + ".")):
+                done.append(str(e.key))
+                e.key = dst + str(e.key)[len(src) :]
+        return done
+
     def set(self, path: str, value: Any, first: bool = False) -> None:
         """Set `path` (edit its last override or append a new one)."""
         text = value if isinstance(value, str) else to_text(value).replace(" ", "")

@@ -95,6 +95,8 @@ class Rule:
 
     def move_path(self, doc: Doc, src: str, dst: str, *, null_unset: bool = False, creates: Any = ()) -> None:
         """Move `src` to `dst`; equal duplicates merge, different values raise `ConflictError`."""
+        for old in doc.move_deletions(src, dst):
+            self.change(doc, "move", "~" + old, new_path="~" + dst + old[len(src) :])
         if not doc.has(src):
             return
         if doc.is_map(src) and (null_unset or doc.has(dst)):

@@ -1,0 +1,175 @@
+"""Round trip: comments, key order, quoting, indentation, anchors and `${...}` interpolations survive."""
+
+import textwrap
+
+from verl_migrate import migrate_yaml_text
+
+
+def _m(text: str) -> str:
+    return migrate_yaml_text(textwrap.dedent(text))[0]
+
+
+def test_unchanged_file_is_returned_byte_for_byte() -> None:
+    text = "# c\ntrainer:\n    nnodes:   1    # odd spacing\n    logger: ['console']\n\n\n"
+    assert migrate_yaml_text(text)[0] is text
+
+
+def test_comments_blank_lines_and_order_survive() -> None:
+    out = _m(
+        """\
+        # header
+        data:
+          train_batch_size: 32   # per step
+
+        actor_rollout_ref:
+          # the rollout
+          rollout:
+            name: vllm_omni
+            height: 256  # px
+            # width follows
+            width: 256
+            n: 8
+
+        trainer:
+          nnodes: 1
+        """
+    )
+    assert out == textwrap.dedent(
+        """\
+        # header
+        data:
+          train_batch_size: 32   # per step
+
+        actor_rollout_ref:
+          # the rollout
+          rollout:
+            name: vllm_omni
+            # width follows
+            pipeline:
+              height: 256  # px
+              width: 256
+            n: 8
+
+        trainer:
+          nnodes: 1
+        """
+    )
+
+
+def test_quoting_survives_on_moved_and_untouched_keys() -> None:
+    out = _m(
+        """\
+        actor_rollout_ref:
+          model:
+            path: "~/models/Qwen/Qwen-Image"
+            target_modules: 'all-linear'
+          rollout:
+            extra_configs:
+              sde_type: "sde"
+              sde_window_range: '[0,5]'
+        """
+    )
+    assert 'path: "~/models/Qwen/Qwen-Image"' in out and "target_modules: 'all-linear'" in out
+    assert 'sde_type: "sde"' in out and "sde_window_range: '[0,5]'" in out
+
+
+def test_indentation_style_is_kept() -> None:
+    out = _m(
+        """\
+        trainer:
+            logger:
+              - console
+              - wandb
+        actor_rollout_ref:
+            rollout:
+                height: 256
+        """
+    )
+    assert out == textwrap.dedent(
+        """\
+        trainer:
+            logger:
+              - console
+              - wandb
+        actor_rollout_ref:
+            rollout:
+                pipeline:
+                    height: 256
+        """
+    )
+
+
+def test_anchors_and_aliases_survive() -> None:
+    out = _m(
+        """\
+        sizes:
+          side: &side 256
+        actor_rollout_ref:
+          rollout:
+            height: *side
+            width: *side
+          model:
+            lora_rank: &rank 16
+            lora_alpha: *rank
+        """
+    )
+    assert "side: &side 256" in out and "height: *side" in out and "width: *side" in out
+    assert "lora_rank: &rank 16" in out and "lora_alpha: *rank" in out
+
+
+def test_interpolations_to_moved_keys_are_rewritten() -> None:
+    out = _m(
+        """\
+        actor_rollout_ref:
+          rollout:
+            height: 256
+          model:
+            height: ${oc.select:actor_rollout_ref.rollout.height,512}
+        trainer:
+          experiment_name: run_${actor_rollout_ref.rollout.height}_${actor_rollout_ref.rollout.extra_configs.noise_level}
+          default_local_dir: checkpoints/${trainer.project_name}/${trainer.experiment_name}
+          other: ${oc.select:actor_rollout_ref.rollout.val_kwargs.num_inference_steps,${actor_rollout_ref.rollout.width}}
+        checkpoint:
+          load_contents: ${.save_contents}
+        """
+    )
+    assert "height: ${oc.select:actor_rollout_ref.rollout.pipeline.height,512}" in out
+    assert "run_${actor_rollout_ref.rollout.pipeline.height}_${actor_rollout_ref.rollout.algo.noise_level}" in out
+    assert "checkpoints/${trainer.project_name}/${trainer.experiment_name}" in out
+    assert (
+        "${oc.select:actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps,"
+        "${actor_rollout_ref.rollout.pipeline.width}}" in out
+    )
+    assert "load_contents: ${.save_contents}" in out
+
+
+def test_interpolation_to_a_dropped_key_is_reported() -> None:
+    text = "trainer:\n  x_budget: ${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}\nactor_rollout_ref:\n  actor:\n    ppo_max_token_len_per_gpu: 100\n"
+    _, report = migrate_yaml_text(text)
+    assert any(f.category == "warning" and "ppo_max_token_len_per_gpu" in f.message for f in report.findings)
+
+
+def test_flow_style_mappings() -> None:
+    out = _m("actor_rollout_ref: {rollout: {height: 256, n: 2}}\n")
+    assert "pipeline" in out and "height: 256" in out and "n: 2" in out
+
+
+def test_new_keys_do_not_swallow_blank_lines() -> None:
+    out = _m(
+        """\
+        defaults:
+          - diffusion_trainer
+          - _self_
+
+        actor_rollout_ref:
+          rollout:
+            num_inference_steps: 4
+            val_kwargs:
+              seed: 7
+
+        trainer:
+          nnodes: 1
+        """
+    )
+    assert "val_kwargs:\n      seed: 7\n      pipeline:\n        num_inference_steps: 40\n" in out
+    assert "lora_rank: 32\n\ntrainer:\n" in out

@@ -1,0 +1,91 @@
+"""Launch-script rewriting: continuations, quotes, shell variables, prefixes and layout."""
+
+import textwrap
+
+import pytest
+
+from verl_migrate import migrate_script_text
+from verl_migrate.errors import MigrationError
+
+TAIL = " actor_rollout_ref.model.lora_rank=8 actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=4"
+
+
+def _m(text: str) -> str:
+    return migrate_script_text(textwrap.dedent(text))[0]
+
+
+def test_single_line_with_env_prefix_and_quoted_args() -> None:
+    out = _m(
+        f"""HYDRA_FULL_ERROR=1 python3 -m verl.trainer.main_flowgrpo "+actor_rollout_ref.rollout.extra_configs.noise_level=1.2" reward.reward_manager.name='visual'{TAIL} "$@"\n"""
+    )
+    assert out == (
+        'HYDRA_FULL_ERROR=1 verl-omni-train "actor_rollout_ref.rollout.algo.noise_level=1.2" '
+        f"reward.reward_manager.name='VisualRewardManager'{TAIL} actor_rollout_ref.rollout.val_kwargs.algo.noise_level=1.2 \"$@\"\n"
+    )
+
+
+def test_dropping_the_last_line_moves_the_continuation() -> None:
+    out = _m(
+        f"""\
+        python3 -m verl.trainer.main_flowgrpo \\
+            trainer.nnodes=1{TAIL} \\
+            trainer.balance_batch=True
+        echo done
+        """
+    )
+    assert out == f"verl-omni-train \\\n    trainer.nnodes=1{TAIL}\necho done\n"
+
+
+def test_new_overrides_go_before_the_last_line() -> None:
+    out = _m(
+        """\
+        python3 -m verl.trainer.main_flowgrpo \\
+            actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=4 \\
+            trainer.nnodes=1 $@
+        """
+    )
+    assert out == (
+        "verl-omni-train \\\n"
+        "    actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=4 \\\n"
+        "    actor_rollout_ref.model.lora_rank=32 \\\n"
+        "    trainer.nnodes=1 $@\n"
+    )
+
+
+def test_shell_constructs_untouched() -> None:
+    src = textwrap.dedent(
+        f"""\
+        # python3 -m verl.trainer.main_flowgrpo in a comment stays
+        python3 -m verl.trainer.main_flowgrpo \\
+            data.train_files="$(ls ${{DATA}}/*.parquet | head -1)" \\
+            actor_rollout_ref.rollout.height=${{H:-256}} \\
+            trainer.experiment_name=run_`date +%s`{TAIL}
+        """
+    )
+    out = migrate_script_text(src)[0]
+    assert out.startswith("# python3 -m verl.trainer.main_flowgrpo in a comment stays\nverl-omni-train \\\n")
+    assert 'data.train_files="$(ls ${DATA}/*.parquet | head -1)"' in out
+    assert "actor_rollout_ref.rollout.pipeline.height=${H:-256}" in out
+    assert "trainer.experiment_name=run_`date +%s`" in out
+
+
+def test_two_commands_in_one_script() -> None:
+    out = _m(
+        f"""\
+        python3 -m verl.trainer.main_flowgrpo actor_rollout_ref.rollout.width=64{TAIL}
+        python3 -m verl.trainer.main_flowgrpo actor_rollout_ref.rollout.width=128{TAIL} && echo ok
+        """
+    )
+    assert out.count("verl-omni-train actor_rollout_ref.rollout.pipeline.width=") == 2
+    assert out.rstrip().endswith("&& echo ok")
+
+
+def test_scripts_without_the_old_entry_point_are_unchanged() -> None:
+    text = "#!/bin/sh\npython3 -m other.module actor_rollout_ref.rollout.height=1\n"
+    out, report = migrate_script_text(text)
+    assert out is text and not report.changed
+
+
+def test_unterminated_quote_is_an_input_error() -> None:
+    with pytest.raises(MigrationError, match='unterminated " quote'):
+        migrate_script_text('python3 -m verl.trainer.main_flowgrpo trainer.x="abc\n', "run.sh")
