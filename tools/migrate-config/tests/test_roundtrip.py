@@ -126,25 +126,25 @@ def test_interpolations_to_moved_keys_are_rewritten() -> None:
           model:
             height: ${oc.select:actor_rollout_ref.rollout.height,512}
         trainer:
-          experiment_name: run_${actor_rollout_ref.rollout.height}_${actor_rollout_ref.rollout.extra_configs.noise_level}
+          experiment_name: run_${actor_rollout_ref.rollout.height}_${actor_rollout_ref.rollout.extra_configs.seed}
           default_local_dir: checkpoints/${trainer.project_name}/${trainer.experiment_name}
-          other: ${oc.select:actor_rollout_ref.rollout.val_kwargs.num_inference_steps,${actor_rollout_ref.rollout.width}}
+          other: ${oc.select:actor_rollout_ref.rollout.val_kwargs.num_inference_steps,${a.b}}
         checkpoint:
           load_contents: ${.save_contents}
         """
     )
     assert "height: ${oc.select:actor_rollout_ref.rollout.pipeline.height,512}" in out
-    assert "run_${actor_rollout_ref.rollout.pipeline.height}_${actor_rollout_ref.rollout.algo.noise_level}" in out
+    assert "run_${actor_rollout_ref.rollout.pipeline.height}_${actor_rollout_ref.rollout.extra_configs.seed}" in out
     assert "checkpoints/${trainer.project_name}/${trainer.experiment_name}" in out
-    assert (
-        "${oc.select:actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps,"
-        "${actor_rollout_ref.rollout.pipeline.width}}" in out
-    )
+    assert "${oc.select:actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps,${a.b}}" in out
     assert "load_contents: ${.save_contents}" in out
 
 
 def test_interpolation_to_a_dropped_key_is_reported() -> None:
-    text = "trainer:\n  x_budget: ${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}\nactor_rollout_ref:\n  actor:\n    ppo_max_token_len_per_gpu: 100\n"
+    text = (
+        "trainer:\n  x_budget: ${actor_rollout_ref.actor.ppo_max_token_len_per_gpu}\n"
+        "actor_rollout_ref:\n  actor:\n    ppo_max_token_len_per_gpu: 100\n"
+    )
     _, report = migrate_yaml_text(text)
     assert any(f.category == "warning" and "ppo_max_token_len_per_gpu" in f.message for f in report.findings)
 

@@ -16,11 +16,14 @@ def _m(text: str) -> str:
 
 def test_single_line_with_env_prefix_and_quoted_args() -> None:
     out = _m(
-        f"""HYDRA_FULL_ERROR=1 python3 -m verl.trainer.main_flowgrpo "+actor_rollout_ref.rollout.extra_configs.noise_level=1.2" reward.reward_manager.name='visual'{TAIL} "$@"\n"""
+        "HYDRA_FULL_ERROR=1 python3 -m verl.trainer.main_flowgrpo "
+        '"+actor_rollout_ref.rollout.extra_configs.noise_level=1.2" '
+        f"reward.reward_manager.name='visual'{TAIL} \"$@\"\n"
     )
     assert out == (
         'HYDRA_FULL_ERROR=1 verl-omni-train "actor_rollout_ref.rollout.algo.noise_level=1.2" '
-        f"reward.reward_manager.name='VisualRewardManager'{TAIL} actor_rollout_ref.rollout.val_kwargs.algo.noise_level=1.2 \"$@\"\n"
+        f"reward.reward_manager.name='VisualRewardManager'{TAIL} "
+        'actor_rollout_ref.rollout.val_kwargs.algo.noise_level=1.2 "$@"\n'
     )
 
 

@@ -53,8 +53,8 @@ def test_unknown_and_mistyped_keys_by_path(tmp_path, capsys) -> None:
     assert main(["--validate", str(p)]) == 1
     err = capsys.readouterr().err
     assert (
-        "actor_rollout_ref.model.lora_rnak: verl-omni has no such key; did you mean `actor_rollout_ref.model.lora_rank`?"
-        in err
+        "actor_rollout_ref.model.lora_rnak: verl-omni has no such key; "
+        "did you mean `actor_rollout_ref.model.lora_rank`?" in err
     )
     assert "actor_rollout_ref.model.lora_rank: expected int (verl-omni default 0), got str 'eight'" in err
     assert "actor_rollout_ref.hybrid_engine: expected bool" in err
