@@ -5,7 +5,7 @@ import PIL
 import pytest
 import torch
 
-from verl_omni.reward import jpeg_compressibility, jpeg_incompressibility, jpeg_sizes_kb
+from verl_omni.reward import compute_score, jpeg_compressibility, jpeg_incompressibility, jpeg_sizes_kb
 
 # tolerance in bytes across libjpeg builds; exact with Pillow 13.0.0 (the reference)
 TOL_BYTES = 0 if PIL.__version__ == "13.0.0" else 64
@@ -50,3 +50,8 @@ def test_sign_and_batch():
 def test_bad_shape_names_images():
     with pytest.raises(ValueError, match="images"):
         jpeg_compressibility(torch.zeros(1, 4, 8, 8))
+
+
+def test_compute_score_single_image():
+    img = torch.full((3, 512, 512), 128, dtype=torch.uint8)
+    assert compute_score(img) == pytest.approx(-0.009442, abs=TOL_BYTES / 500_000 + 1e-9)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ["jpeg_compressibility", "jpeg_incompressibility", "jpeg_sizes_kb"]
+__all__ = ["compute_score", "jpeg_compressibility", "jpeg_incompressibility", "jpeg_sizes_kb"]
 
 
 def _to_uint8_nhwc(images: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -58,3 +58,8 @@ def jpeg_compressibility(images: torch.Tensor | np.ndarray) -> torch.Tensor:
 def jpeg_incompressibility(images: torch.Tensor | np.ndarray) -> torch.Tensor:
     """Reward `+size_kB` per image (higher = larger file), float64 `(B,)`."""
     return jpeg_sizes_kb(images)
+
+
+def compute_score(solution_image: torch.Tensor | np.ndarray, **_: object) -> float:
+    """Legacy reward-function entry point: `jpeg_compressibility` of one image as a float."""
+    return float(jpeg_compressibility(solution_image)[0])
