@@ -37,22 +37,25 @@ def default_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def ensure_process_group(device: torch.device, *, timeout_s: float = 600.0) -> None:
-    """Initialise the default process group if needed: NCCL for CUDA devices, gloo for the CPU.
+    """Initialise the default process group if needed: gloo for CPU tensors, plus NCCL for CUDA ones.
+
+    Where CUDA is available the group is `cpu:gloo,cuda:nccl`, so CPU and GPU engines can share one process.
 
     Raises:
         ValueError: a group already exists with a backend that cannot serve `device`.
     """
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if dist.is_initialized():
-        have = dist.get_backend()
-        if backend not in str(have):
-            raise ValueError(
-                f"the default process group uses backend {have!r}, but the engine device {device} needs {backend!r}; "
-                "initialise it with that backend (or a 'cpu:gloo,cuda:nccl' pair)"
-            )
-        return
+    need = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if dist.is_initialized():
+        have = str(dist.get_backend())
+        if need not in have:
+            raise ValueError(
+                f"the default process group uses backend {have!r}, but the engine device {device} needs {need!r}; "
+                "initialise it with that backend (or 'cpu:gloo,cuda:nccl')"
+            )
+        return
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     kwargs = {}
     if "RANK" not in os.environ:  # not launched by torchrun / Ray: a world of one, without touching os.environ
         kwargs = {"init_method": f"tcp://127.0.0.1:{free_port()}", "rank": 0, "world_size": 1}
