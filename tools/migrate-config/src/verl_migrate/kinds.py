@@ -345,9 +345,9 @@ class FixPlusPrefix(Rule):
     formats: ClassVar[tuple[str, ...]] = ("overrides",)
 
     def apply(self, doc: Doc) -> None:
-        """Add or remove `+` on unchanged overrides."""
+        """Add or remove `+` where verl-omni needs it."""
         for e in getattr(doc, "entries", []):
-            if not e.live or e.changed or e.prefix == "++":
+            if not e.live or e.prefix == "++":
                 continue
             key = str(e.key)
             want = "" if is_head_yaml_key(key) else ("+" if is_head_key(key) else e.prefix)

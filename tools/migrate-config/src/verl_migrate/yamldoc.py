@@ -278,7 +278,13 @@ class YamlDoc(Doc):
                     self._pending_trailing.append((node, part))
             node = node[part]
             if not isinstance(node, dict):
-                raise TypeError(".".join(parts[: i + 1]))
+                where = ".".join(parts[: i + 1])
+                raise MigrationError(
+                    f"`{where}` holds a value, but verl-omni needs a mapping there (for `{'.'.join(parts)}`); "
+                    "remove or rename it and run again",
+                    path=self.report.path,
+                    line=self.line(where),
+                )
         return node
 
     def move(self, src: str, dst: str) -> None:
