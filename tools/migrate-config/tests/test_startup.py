@@ -13,7 +13,8 @@ try:
     code = main({argv!r})
 except SystemExit as e:
     code = e.code
-heavy = sorted(m for m in sys.modules if m.split('.')[0] in {{'torch', 'verl_core', 'verl_omni', 'hydra', 'omegaconf', 'ruamel'}})
+roots = {{'torch', 'verl_core', 'verl_omni', 'hydra', 'omegaconf', 'ruamel'}}
+heavy = sorted(m for m in sys.modules if m.split('.')[0] in roots)
 print(code, ','.join(heavy), file=sys.stderr)
 """
 
