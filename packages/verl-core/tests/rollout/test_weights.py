@@ -19,6 +19,8 @@ from verl_core.rollout.weights import (
     plan_buckets,
 )
 
+_SPLIT = [[(0, 0, 10)], [(1, 0, 100)], [(1, 100, 100)], [(1, 200, 50)], [(2, 0, 10)]]
+
 
 def _specs(*sizes: int) -> list[TensorSpec]:
     return [TensorSpec(f"t{i}", "uint8", (n,)) for i, n in enumerate(sizes)]
@@ -27,23 +29,32 @@ def _specs(*sizes: int) -> list[TensorSpec]:
 @pytest.mark.parametrize(
     ("sizes", "bucket", "expected"),
     [
-        pytest.param((10, 10, 10), 1000, [[0, 1, 2]], id="all-fit"),
-        pytest.param((64, 64, 64), 128, [[0, 1], [2]], id="aligned-pairs"),
-        pytest.param((10, 500, 10), 100, [[0], [1], [2]], id="oversize-alone"),
-        pytest.param((65, 10), 128, [[0], [1]], id="alignment-counts"),
+        pytest.param((10, 10, 10), 1000, [[(0, 0, 10), (1, 0, 10), (2, 0, 10)]], id="all-fit"),
+        pytest.param((64, 64, 64), 128, [[(0, 0, 64), (1, 0, 64)], [(2, 0, 64)]], id="aligned-pairs"),
+        pytest.param(
+            (10, 250, 10),
+            100,
+            [[(0, 0, 10)], [(1, 0, 100)], [(1, 100, 100)], [(1, 200, 50)], [(2, 0, 10)]],
+            id="oversize-split",
+        ),
+        pytest.param((65, 10), 128, [[(0, 0, 65)], [(1, 0, 10)]], id="alignment-counts"),
     ],
 )
-def test_plan_buckets_groups_in_order(sizes, bucket, expected):
-    assert plan_buckets(_specs(*sizes), bucket) == expected
+def test_plan_buckets_groups_in_order_and_splits_oversize(sizes, bucket, expected):
+    got = [[(p.index, p.start, p.numel) for p in b] for b in plan_buckets(_specs(*sizes), bucket)]
+    assert got == expected
 
 
-def test_plan_buckets_never_exceeds_bucket_unless_single():
-    specs = _specs(*[7 * i % 90 + 1 for i in range(200)])
-    for idxs in plan_buckets(specs, 256):
+def test_plan_buckets_never_exceeds_bucket_and_covers_every_element():
+    specs = _specs(*[(37 * i) % 600 + 1 for i in range(200)])
+    covered = [0] * len(specs)
+    for pieces in plan_buckets(specs, 256):
         end = 0
-        for i in idxs:
-            end = (end + 63) // 64 * 64 + specs[i].nbytes
-        assert end <= 256 or len(idxs) == 1
+        for p in pieces:
+            end = (end + 63) // 64 * 64 + p.numel * 1
+            covered[p.index] += p.numel
+        assert end <= 256
+    assert covered == [s.numel for s in specs]
 
 
 async def _chunks(data: bytes, size: int):
@@ -58,8 +69,14 @@ async def _read_all(data: bytes, *, chunk: int = 7, max_bucket: int = 1 << 20):
     sizes = []
     async for bucket in reader.buckets(update):
         sizes.append(len(bucket))
-        got.update((n, t.clone()) for n, t in bucket)
-    return update, got, sizes
+        for name, tensor, start in bucket:
+            spec = update.spec(name)
+            if start is None:
+                got[name] = tensor.clone()
+            else:
+                flat = got.setdefault(name, torch.full((spec.numel,), -1).to(tensor.dtype))
+                flat[start : start + tensor.numel()] = tensor
+    return update, {n: t.view(update.spec(n).shape) for n, t in got.items()}, sizes
 
 
 def test_weight_stream_round_trip_all_dtypes():
@@ -70,6 +87,7 @@ def test_weight_stream_round_trip_all_dtypes():
         "d": torch.tensor([True, False]),
         "e": torch.randn(2, 3).t(),  # non-contiguous
         "f": torch.zeros(0, 4),
+        "g": torch.randn(50, 7),  # 1400 bytes: split over several 96-byte buckets
     }
     data = b"".join(bytes(c) for c in encode_weight_stream(weights, version=3, bucket_bytes=96))
     update, got, sizes = asyncio.run(_read_all(data))
@@ -91,6 +109,12 @@ def test_weight_stream_truncated_is_rejected():
     data = b"".join(bytes(c) for c in encode_weight_stream({"a": torch.randn(100)}, version=1))
     with pytest.raises(WeightSyncError, match="truncated"):
         asyncio.run(_read_all(data[:-30]))
+    without_end = data[: data.rindex(b'{"type":"end"') - 8]
+    split = b"".join(bytes(c) for c in encode_weight_stream({"a": torch.randn(100)}, version=1, bucket_bytes=64))
+    split_without_last = split[: split.rindex(b'{"type":"bucket"') - 8] + split[split.rindex(b'{"type":"end"') - 8 :]
+    with pytest.raises(WeightSyncError, match="stream ended before 1 of 1 tensors"):
+        asyncio.run(_read_all(split_without_last))
+    assert without_end
 
 
 def test_weight_stream_bucket_over_limit_is_413():

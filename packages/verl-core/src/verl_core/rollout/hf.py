@@ -215,6 +215,15 @@ class HFHttpServer(RolloutHttpServer):
         else:
             self._lora_pending.update((name, t.clone()) for name, t in tensors)
 
+    async def _engine_load_slice(self, update: WeightUpdate, name: str, start: int, chunk: torch.Tensor) -> None:
+        if update.kind != "full":
+            return await super()._engine_load_slice(update, name, start, chunk)
+        await self._run_blocking(self._copy_slice, name, start, chunk)
+
+    def _copy_slice(self, name: str, start: int, chunk: torch.Tensor) -> None:
+        with torch.no_grad():  # in place: no whole-tensor buffer for tensors larger than a bucket
+            self._full_table[name].view(-1)[start : start + chunk.numel()].copy_(chunk)
+
     def _copy_full(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
         with torch.no_grad():
             for name, tensor in tensors:

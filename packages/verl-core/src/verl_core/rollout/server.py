@@ -34,7 +34,14 @@ from verl_core.rollout.errors import (
 from verl_core.rollout.metrics import ServerMetrics
 from verl_core.rollout.net import bind_socket, validation_message
 from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
-from verl_core.rollout.weights import TensorSpec, WeightKind, WeightUpdate, iter_buckets, named_tensors
+from verl_core.rollout.weights import (
+    TensorSpec,
+    WeightKind,
+    WeightPiece,
+    WeightUpdate,
+    iter_buckets,
+    named_tensors,
+)
 
 __all__ = ["RolloutHttpServer", "ServerState"]
 
@@ -92,6 +99,7 @@ class RolloutHttpServer(abc.ABC):
         self._http: Any = None
         self._serve_task: asyncio.Task | None = None
         self._address: str | None = None
+        self._assembling: dict[str, tuple[torch.Tensor, int]] = {}
         self.metrics = ServerMetrics()
 
     # ---- engine hooks (subclasses implement these) ---------------------------------------------
@@ -123,6 +131,24 @@ class RolloutHttpServer(abc.ABC):
     @abc.abstractmethod
     async def _engine_load_bucket(self, update: WeightUpdate, tensors: list[tuple[str, torch.Tensor]]) -> None:
         """Apply one bucket; the tensors are views of a reused buffer, so clone what you keep."""
+
+    async def _engine_load_slice(self, update: WeightUpdate, name: str, start: int, chunk: torch.Tensor) -> None:
+        """Apply a flat element range of a tensor too large for one bucket.
+
+        The default assembles the whole tensor (memory: the largest tensor) and hands it to
+        `_engine_load_bucket`; engines that can write ranges in place override this.
+        """
+        spec = update.spec(name)
+        whole, filled = self._assembling.get(name, (None, 0))
+        if whole is None:
+            whole = torch.empty(spec.numel, dtype=chunk.dtype)
+        whole[start : start + chunk.numel()].copy_(chunk)
+        filled += chunk.numel()
+        if filled < spec.numel:
+            self._assembling[name] = (whole, filled)
+            return
+        self._assembling.pop(name, None)
+        await self._engine_load_bucket(update, [(name, whole.view(spec.shape))])
 
     async def _engine_finish_weights(self, update: WeightUpdate) -> None:  # noqa: B027 - optional hook
         """Commit the update after the last bucket (LoRA engines load the adapter here)."""
@@ -242,9 +268,9 @@ class RolloutHttpServer(abc.ABC):
         update = WeightUpdate(version, kind, [TensorSpec.of(n, t) for n, t in items], peft_config)
         size = bucket_bytes or self.config.update_weights_bucket_bytes
 
-        async def buckets() -> AsyncIterator[list[tuple[str, torch.Tensor]]]:
+        async def buckets() -> AsyncIterator[list[WeightPiece]]:
             for bucket in iter_buckets(items, size):
-                yield bucket
+                yield [(name, tensor, None) for name, tensor in bucket]
 
         return await self._on_loop(self._apply_update(update, buckets()))
 
@@ -472,23 +498,30 @@ class RolloutHttpServer(abc.ABC):
         return self._state
 
     async def _apply_update(
-        self, update: WeightUpdate, buckets: AsyncIterator[list[tuple[str, torch.Tensor]]]
+        self, update: WeightUpdate, buckets: AsyncIterator[list[WeightPiece]]
     ) -> WeightUpdateResponse:
         start = time.perf_counter()
         loaded = {"buckets": 0, "tensors": 0, "bytes": 0}
 
         async def run() -> None:
+            self._assembling = {}
             await self._engine_begin_weights(update)
             done = False
             try:
                 async for bucket in buckets:
-                    await self._engine_load_bucket(update, bucket)
+                    whole = [(name, t) for name, t, start in bucket if start is None]
+                    if whole:
+                        await self._engine_load_bucket(update, whole)
+                    for name, chunk, start in bucket:
+                        if start is not None:
+                            await self._engine_load_slice(update, name, start, chunk)
                     loaded["buckets"] += 1
-                    loaded["tensors"] += len(bucket)
-                    loaded["bytes"] += sum(t.numel() * t.element_size() for _, t in bucket)
+                    loaded["bytes"] += sum(t.numel() * t.element_size() for _, t, _ in bucket)
                 await self._engine_finish_weights(update)
+                loaded["tensors"] = len(update.manifest)
                 done = True
             finally:
+                self._assembling = {}
                 if not done:
                     if update.kind == "full" and loaded["buckets"]:
                         self._weights_consistent = False

@@ -21,7 +21,9 @@ import torch
 from verl_core.rollout.errors import PayloadTooLargeError, WeightSyncError
 
 __all__ = [
+    "Piece",
     "TensorSpec",
+    "WeightPiece",
     "WeightStreamReader",
     "WeightUpdate",
     "check_manifest",
@@ -32,8 +34,10 @@ __all__ = [
 ]
 
 WeightKind = Literal["full", "lora"]
+WeightPiece = tuple[str, torch.Tensor, "int | None"]
 MAX_HEADER_BYTES = 64 << 20
 _ALIGN = 64
+_CHUNK = 4 << 20
 _LEN = struct.Struct("<Q")
 _DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
@@ -82,7 +86,7 @@ class TensorSpec:
     @classmethod
     def from_json(cls, obj: Any) -> TensorSpec:
         """Parse a manifest entry `{"name", "dtype", "shape"}`, rejecting malformed ones by name."""
-        if not isinstance(obj, Mapping) or set(obj) - {"name", "dtype", "shape", "offset"}:
+        if not isinstance(obj, Mapping) or set(obj) - {"name", "dtype", "shape", "offset", "start", "numel"}:
             raise WeightSyncError(f"manifest entry must be {{name, dtype, shape}}, got {obj!r:.200}")
         name, dtype, shape = obj.get("name"), obj.get("dtype"), obj.get("shape")
         if not isinstance(name, str) or not name:
@@ -122,6 +126,12 @@ class WeightUpdate:
         """Total payload size."""
         return sum(s.nbytes for s in self.manifest)
 
+    def spec(self, name: str) -> TensorSpec:
+        """The manifest entry of `name`."""
+        if not hasattr(self, "_by_name"):
+            self._by_name = {s.name: s for s in self.manifest}
+        return self._by_name[name]
+
 
 def named_tensors(weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, Any]]:
     """Normalise a state dict or an iterable of `(name, tensor)` pairs to a list of pairs."""
@@ -132,25 +142,42 @@ def named_tensors(weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torc
     return items
 
 
-def plan_buckets(specs: list[TensorSpec], bucket_bytes: int) -> list[list[int]]:
-    """Group tensor indices, in order, into buckets of at most `bucket_bytes` (aligned) bytes.
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """A flat element range `[start, start + numel)` of tensor `index`; whole tensors have one piece."""
 
-    A tensor larger than `bucket_bytes` travels alone in a bucket of its own size.
+    index: int
+    start: int
+    numel: int
+
+
+def plan_buckets(specs: list[TensorSpec], bucket_bytes: int) -> list[list[Piece]]:
+    """Group tensors, in order, into buckets of at most `bucket_bytes` (aligned) bytes.
+
+    Tensors stay whole when they fit in a bucket; a tensor larger than `bucket_bytes` is split into
+    flat element ranges of at most `bucket_bytes`, each travelling in a bucket of its own.
 
     Raises:
-        ValueError: `bucket_bytes` < 1.
+        ValueError: `bucket_bytes` is smaller than 64 bytes.
     """
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
-    buckets: list[list[int]] = []
-    current: list[int] = []
+    if bucket_bytes < _ALIGN:
+        raise ValueError(f"bucket_bytes must be >= {_ALIGN}, got {bucket_bytes}")
+    buckets: list[list[Piece]] = []
+    current: list[Piece] = []
     used = 0
     for i, spec in enumerate(specs):
+        if spec.nbytes > bucket_bytes:
+            if current:
+                buckets.append(current)
+                current, used = [], 0
+            step = max(1, bucket_bytes // _ITEMSIZE[spec.dtype])
+            buckets.extend([Piece(i, s, min(step, spec.numel - s))] for s in range(0, spec.numel, step))
+            continue
         start = _align(used)
         if current and start + spec.nbytes > bucket_bytes:
             buckets.append(current)
             current, start = [], 0
-        current.append(i)
+        current.append(Piece(i, 0, spec.numel))
         used = start + spec.nbytes
     if current:
         buckets.append(current)
@@ -161,9 +188,17 @@ def iter_buckets(
     weights: list[tuple[str, torch.Tensor]], bucket_bytes: int
 ) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Yield the `(name, tensor)` pairs of `weights` bucket by bucket (in-process path, no copy)."""
-    specs = [TensorSpec.of(n, t) for n, t in weights]
-    for idxs in plan_buckets(specs, bucket_bytes):
-        yield [weights[i] for i in idxs]
+    current: list[tuple[str, torch.Tensor]] = []
+    used = 0
+    for name, tensor in weights:  # in-process tensors are already in memory: never split them
+        size = tensor.numel() * tensor.element_size()
+        if current and used + size > bucket_bytes:
+            yield current
+            current, used = [], 0
+        current.append((name, tensor))
+        used += size
+    if current:
+        yield current
 
 
 def check_manifest(manifest: list[TensorSpec], expected: Mapping[str, tuple[int, ...]]) -> None:
@@ -220,21 +255,21 @@ def encode_weight_stream(
             "manifest": [s.to_json() for s in specs],
         }
     )
-    for idxs in buckets:
+    for pieces in buckets:
         entries, pos = [], 0
-        for i in idxs:
+        for piece in pieces:
             pos = _align(pos)
-            entries.append({**specs[i].to_json(), "offset": pos})
-            pos += specs[i].nbytes
+            entries.append({**specs[piece.index].to_json(), "offset": pos, "start": piece.start, "numel": piece.numel})
+            pos += piece.numel * _ITEMSIZE[specs[piece.index].dtype]
         yield _frame({"type": "bucket", "nbytes": pos, "tensors": entries})
         sent = 0
-        for i, entry in zip(idxs, entries):
+        for piece, entry in zip(pieces, entries):
             if entry["offset"] > sent:
                 yield bytes(entry["offset"] - sent)
-            data = _tensor_bytes(items[i][1])
-            if data:
-                yield data
-            sent = entry["offset"] + specs[i].nbytes
+            data = _tensor_bytes(items[piece.index][1], piece.start, piece.numel)
+            for at in range(0, len(data), _CHUNK):  # bounded chunks: the HTTP stack copies each one
+                yield data[at : at + _CHUNK]
+            sent = entry["offset"] + piece.numel * _ITEMSIZE[specs[piece.index].dtype]
     yield _frame({"type": "end", "num_tensors": len(items)})
 
 
@@ -262,10 +297,14 @@ class WeightStreamReader:
         manifest = [TensorSpec.from_json(e) for e in manifest_json]
         return WeightUpdate(header.get("version"), header.get("kind"), manifest, header.get("peft_config"))
 
-    async def buckets(self, update: WeightUpdate) -> AsyncIterator[list[tuple[str, torch.Tensor]]]:
-        """Yield each bucket's tensors (views into the reused buffer: clone what you keep)."""
+    async def buckets(self, update: WeightUpdate) -> AsyncIterator[list[WeightPiece]]:
+        """Yield each bucket's pieces (views into the reused buffer: clone what you keep).
+
+        A piece is `(name, tensor, None)` for a whole tensor and `(name, flat_chunk, start)` for a range
+        of a tensor too large for one bucket.
+        """
         known = {s.name: s for s in update.manifest}
-        received = 0
+        filled: dict[str, int] = {}
         while True:
             header = await self._header("bucket", "end")
             if header["type"] == "end":
@@ -281,25 +320,38 @@ class WeightStreamReader:
                 )
             if len(self._buffer) < nbytes:
                 self._buffer = bytearray(nbytes)
-            view = memoryview(self._buffer)[:nbytes]
-            await self._read_into(view)
-            tensors = []
-            for entry in header.get("tensors") or []:
-                spec = TensorSpec.from_json(entry)
-                if known.get(spec.name) != spec:
-                    message = f"tensor {spec.name!r} in a bucket does not match the manifest"
-                    raise WeightSyncError(message, field=spec.name)
-                offset = entry.get("offset")
-                if not isinstance(offset, int) or offset < 0 or offset + spec.nbytes > nbytes:
-                    message = f"tensor {spec.name!r}: offset {offset!r} is outside its bucket"
-                    raise WeightSyncError(message, field=spec.name)
-                tensors.append((spec.name, _view(self._buffer, spec, offset)))
-            received += len(tensors)
-            yield tensors
-        if received != len(update.manifest):
+            await self._read_into(memoryview(self._buffer)[:nbytes])
+            yield [self._piece(entry, known, filled, nbytes) for entry in header.get("tensors") or []]
+        incomplete = [n for n, s in known.items() if filled.get(n, 0) != s.numel]
+        if incomplete:
             raise WeightSyncError(
-                f"stream ended after {received} of {len(update.manifest)} tensors of the manifest", field="manifest"
+                f"stream ended before {len(incomplete)} of {len(known)} tensors of the manifest arrived, "
+                f"e.g. {incomplete[0]!r}",
+                field=incomplete[0],
             )
+
+    def _piece(self, entry: Any, known: dict[str, TensorSpec], filled: dict[str, int], nbytes: int) -> WeightPiece:
+        spec = TensorSpec.from_json(entry)
+        if known.get(spec.name) != spec:
+            raise WeightSyncError(f"tensor {spec.name!r} in a bucket does not match the manifest", field=spec.name)
+        start, numel, offset = entry.get("start", 0), entry.get("numel", spec.numel), entry.get("offset")
+        ints = all(isinstance(v, int) and v >= 0 for v in (start, numel, offset))
+        if not ints or start + numel > spec.numel or offset + numel * _ITEMSIZE[spec.dtype] > nbytes:
+            message = f"tensor {spec.name!r}: range start={start!r} numel={numel!r} offset={offset!r} is out of bounds"
+            raise WeightSyncError(message, field=spec.name)
+        filled[spec.name] = filled.get(spec.name, 0) + numel
+        if filled[spec.name] > spec.numel:
+            raise WeightSyncError(f"tensor {spec.name!r} was sent more than once", field=spec.name)
+        dtype = _DTYPES[spec.dtype]
+        if numel == spec.numel:
+            if numel == 0:
+                return spec.name, torch.empty(spec.shape, dtype=dtype), None
+            return (
+                spec.name,
+                torch.frombuffer(self._buffer, dtype=dtype, count=numel, offset=offset).view(spec.shape),
+                None,
+            )
+        return spec.name, torch.frombuffer(self._buffer, dtype=dtype, count=numel, offset=offset), start
 
     async def _header(self, *allowed: str) -> dict[str, Any]:
         raw = await self._read(_LEN.size, what=f"{'/'.join(allowed)} frame")
@@ -340,20 +392,13 @@ class WeightStreamReader:
             filled += take
 
 
-def _view(buffer: bytearray, spec: TensorSpec, offset: int) -> torch.Tensor:
-    dtype = _DTYPES[spec.dtype]
-    if spec.numel == 0:
-        return torch.empty(spec.shape, dtype=dtype)
-    return torch.frombuffer(buffer, dtype=dtype, count=spec.numel, offset=offset).view(spec.shape)
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes | memoryview:
-    t = tensor.detach()
+def _tensor_bytes(tensor: torch.Tensor, start: int, numel: int) -> memoryview:
+    t = tensor.detach().reshape(-1)[start : start + numel]
     if t.device.type != "cpu":
         t = t.to("cpu")
-    t = t.contiguous().reshape(-1)
+    t = t.contiguous()
     if t.numel() == 0:
-        return b""
+        return memoryview(b"")
     return memoryview(t.view(torch.uint8).numpy()).cast("B")
 
 
