@@ -34,26 +34,33 @@ def test_engine_cuda_log_probs_match_cpu_sampler(tiny_qwen_image_pipe, tiny_qwen
     print(f"{dtype}: max |engine(cuda) - sampler(cpu fp32)| log-prob = {diff:.3e}")
     assert diff < atol
     metrics = engine.update_policy(_update_batch(traj, old))
-    assert abs(metrics["actor/ratio_mean"] - 1.0) < 1e-6 and metrics["actor/grad_norm"] > 0
+    # old log-probs recomputed by the engine itself: the first update is on-policy up to kernel numerics
+    assert abs(metrics["actor/ratio_mean"] - 1.0) < (1e-6 if dtype == "float32" else 1e-3)
+    assert metrics["actor/grad_norm"] > 0
 
 
-def test_engine_cuda_param_and_optimizer_offload(tiny_qwen_image_pipe, tiny_qwen_image_path):
+@pytest.mark.parametrize(
+    ("param_offload", "optimizer_offload"), [(True, True), (False, True)], ids=["params+optimizer", "optimizer"]
+)
+def test_engine_cuda_offload_gives_the_same_update(
+    tiny_qwen_image_pipe, tiny_qwen_image_path, param_offload, optimizer_offload
+):
     from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig
     from verl_omni.engine import DiffusersFSDPEngine
 
     traj = sample_trajectory(tiny_qwen_image_pipe)
     results = []
     for offload in (False, True):
+        fsdp = {"dtype": "float32", "param_offload": offload and param_offload}
+        fsdp["optimizer_offload"] = offload and optimizer_offload
         actor = DiffusionActorConfig(
-            rollout_n=2,
-            ppo_mini_batch_size=2,
-            optim={"lr": 1e-3, "eps": 1e-6},
-            fsdp_config={"dtype": "float32", "param_offload": offload, "optimizer_offload": offload},
-        )
+            rollout_n=2, ppo_mini_batch_size=1, optim={"lr": 1e-3, "eps": 1e-6}, fsdp_config=fsdp
+        )  # two optimizer steps: the second reads the offloaded AdamW state
         model = DiffusionModelConfig(path=str(tiny_qwen_image_path))
         engine = DiffusersFSDPEngine.from_pretrained(model, actor, device="cuda")
         old = engine.compute_log_prob(traj)["old_log_probs"]
         engine.update_policy(_update_batch(traj, old))
+        assert engine.global_step == 2
         results.append(engine.export_weights())
     for name, w in results[0].items():
         torch.testing.assert_close(results[1][name], w, atol=1e-5, rtol=0, msg=name)

@@ -379,10 +379,11 @@ class DiffusersFSDPEngine:
     def _optimizer_state_to(self, device: str | torch.device) -> None:
         if not self.config.fsdp_config.optimizer_offload or self.config.fsdp_config.cpu_offload:
             return
+        to_accelerator = torch.device(device).type != "cpu"  # host-to-device copies may overlap, D2H ones not
         for state in self.optimizer.state.values():
             for key, value in state.items():
                 if isinstance(value, torch.Tensor) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
+                    state[key] = value.to(device, non_blocking=to_accelerator)
 
     # ---- weights out, checkpoints -------------------------------------------------------------------------
 
