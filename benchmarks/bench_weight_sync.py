@@ -83,7 +83,6 @@ def main() -> None:
     args = parser.parse_args()
 
     from verl_core.rollout.client import RolloutClient
-    from verl_core.testing.tiny_llm import random_state_dict  # noqa: F401 - keeps the import cost out of timing
 
     folder = Path(tempfile.mkdtemp(prefix="bench-weight-sync-"))
     build_model(folder, args.layers)
@@ -95,8 +94,8 @@ def main() -> None:
     total = sum(t.numel() * t.element_size() for t in state.values())
     largest = max(t.numel() * t.element_size() for t in state.values())
 
-    # baseline: an in-process copy of the same tensors into preallocated ones
-    dst = {k: torch.empty_like(t) for k, t in state.items()}
+    # baseline: an in-process copy of the same tensors into preallocated, already touched ones
+    dst = {k: torch.zeros_like(t) for k, t in state.items()}
     t0 = time.perf_counter()
     for k, t in state.items():
         dst[k].copy_(t)
