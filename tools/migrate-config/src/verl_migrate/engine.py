@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 from verl_migrate import interp
@@ -57,6 +56,8 @@ def _rewrite_interpolations(doc: Doc, rules: list[Rule]) -> None:
 
 
 def _suggest(path: str) -> str:
+    import difflib
+
     parent, _, name = path.rpartition(".")
     siblings = {k[len(parent) + 1 :].split(".")[0] for k in head_defaults() if k.startswith(parent + ".")}
     close = difflib.get_close_matches(name, sorted(siblings), n=1, cutoff=0.75)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
-import tempfile
 
 from verl_migrate.errors import MigrationError
 
@@ -115,6 +113,9 @@ def write_atomic(path: str, text: str, *, backup: bool) -> None:
     With `backup`, the previous content is kept in `PATH.bak`. If anything fails or the process is interrupted,
     the original file is untouched and the temp file is removed.
     """
+    import shutil
+    import tempfile
+
     real = os.path.realpath(path)
     folder = os.path.dirname(real) or "."
     mode = stat.S_IMODE(os.stat(real).st_mode)

@@ -25,7 +25,7 @@ from verl_migrate.rules.base import (
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class RenameKey(Rule):
     """`old` (a leaf) is now spelled `new`; interpolations that reference `old` follow."""
 
@@ -54,7 +54,7 @@ class RenameKey(Rule):
         return f"`{self.old}` → `{self.new}`"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class MoveSubtree(RenameKey):
     """The mapping `old` and everything below it moved to `new`."""
 
@@ -65,7 +65,7 @@ class MoveSubtree(RenameKey):
         return f"`{self.old}.*` → `{self.new}.*`"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class SplitDict(Rule):
     """The free-form dict `path` is gone; its known keys move to typed keys (`routes`), `ignored` ones are dropped.
 
@@ -121,7 +121,7 @@ class SplitDict(Rule):
         return f"`{self.path}.*`: {routes}{extra}"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class RenameValue(Rule):
     """A registry name or dotted class path changed: `path == old` becomes `new` (plus keys in `also_set`).
 
@@ -168,14 +168,14 @@ class RenameValue(Rule):
         )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class ReplaceTarget(RenameValue):
     """The `_target_` class of a config node moved (e.g. `verl.workers.config.*` → `verl_omni.workers.config.*`)."""
 
     kind: ClassVar[str] = "replace-target"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Drop(Rule):
     """Keys with no verl-omni equivalent are removed; the report lists each with its value and `note`.
 
@@ -210,7 +210,7 @@ class Drop(Rule):
         return ", ".join(f"`{p}`" for p in self.paths) + when
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Flag(Rule):
     """A semantic change that needs a human: report `message` when `path` matches `condition`; edits nothing.
 
@@ -249,7 +249,7 @@ class Flag(Rule):
         return f"`{self.path}` {self.condition}{' ' + vals if vals else ''}: report only"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class SetExplicitDefault(Rule):
     """A default changed: when the old config relied on it (`path` and `aliases` absent), write the old value.
 
@@ -300,7 +300,7 @@ class SetExplicitDefault(Rule):
         return f"writes `{self.path}` = {src} when absent"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class RewriteDefaultsEntry(Rule):
     """An old Hydra config group is renamed (`new_group`, options mapped by `options`) or gone (`drop`)."""
 
@@ -336,7 +336,7 @@ class RewriteDefaultsEntry(Rule):
         return f"group `{self.group}` → `{self.new_group}`{opts}"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class FixPlusPrefix(Rule):
     """Overrides of keys that verl-omni keeps only as dataclass fields need `+`; YAML keys must not have it."""
 
@@ -361,7 +361,7 @@ class FixPlusPrefix(Rule):
         return "adds `+` to overrides of dataclass-only keys, removes it from keys in verl-omni's YAML"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class ReplaceEntryPoint(Rule):
     """Launch scripts: `python3 -m <old module>` becomes the `command` console script."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 #: Finding categories, in the order the text report prints them.
@@ -87,4 +86,6 @@ class FileReport:
 
 def reports_to_json(reports: list[FileReport]) -> str:
     """Serialise several file reports as the `--report json` document."""
+    import json
+
     return json.dumps({"files": [r.to_dict() for r in reports]}, indent=2, sort_keys=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import sys
 from typing import Any
 
@@ -112,6 +111,8 @@ class Runner:
                 self.status = max(self.status, EXIT_CHANGED)
         elif a.diff:
             if changed:
+                import difflib
+
                 sys.stdout.writelines(
                     difflib.unified_diff(
                         text.splitlines(True), new.splitlines(True), fromfile=f"a/{path}", tofile=f"b/{path}"

@@ -55,7 +55,7 @@ def _default_of(path: str) -> str | None:
     return head_defaults().get(path, old_defaults().get(path))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Rule:
     """Common fields: a stable kebab-case `id`, the verl-omni version `since`, a one-line `summary`.
 
@@ -68,6 +68,11 @@ class Rule:
     refs: tuple[int, ...] = ()
 
     kind: ClassVar[str] = "rule"
+
+    def __repr__(self) -> str:
+        """Return `<Kind id>`."""
+        return f"<{type(self).__name__} {self.id}>"
+
     phase: ClassVar[int] = PHASE_MOVE
     formats: ClassVar[tuple[str, ...]] = ("yaml", "overrides")
 
