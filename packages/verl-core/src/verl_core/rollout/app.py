@@ -26,6 +26,7 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
 
     @app.exception_handler(RolloutError)
     async def _rollout_error(_: Request, exc: RolloutError) -> JSONResponse:
+        server.metrics.count(f"http_{exc.status_code}")
         return JSONResponse(exc.to_json(), status_code=exc.status_code)
 
     @app.get("/health")
