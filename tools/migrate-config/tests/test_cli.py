@@ -293,3 +293,11 @@ def test_console_script_and_module_entry(tmp_path) -> None:
     assert res.returncode == 1 and "would migrate" in res.stderr
     res = subprocess.run([sys.executable, "-m", "verl_migrate", "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "exit codes:" in res.stdout
+
+
+def test_unknown_keys_inside_dropped_subtrees_are_kept(tmp_path, capsys) -> None:
+    text = "critic:\n  strategy: fsdp\n  my_note: keep me\ntrainer:\n  critic_warmup: 0\n"
+    assert main(["--report", "text", _write(tmp_path, "k.yaml", text)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "critic:\n  my_note: keep me\n"
+    assert "unknown: critic.my_note line 3" in captured.err

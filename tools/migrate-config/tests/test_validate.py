@@ -112,3 +112,20 @@ def test_validate_without_verl_omni_exits_2(tmp_path) -> None:
     )
     assert res.returncode == 2
     assert "verl-omni is not installed" in res.stderr and "pip install 'verl-migrate-config[validate]'" in res.stderr
+
+
+def test_compose_reports_keys_this_project_does_not_implement(tmp_path) -> None:
+    pytest.importorskip("hydra")
+    folder = _config_folder(tmp_path)
+    path = os.path.join(folder, "diffusion_trainer.yaml")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    start = text.index("distillation:\n")
+    end = text.index("\nalgorithm:\n")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text[:start] + text[end + 1 :])
+    doc = YamlDoc(yaml_io.load("distillation:\n  enabled: true\ntrainer:\n  nnodes: 2\n", "x"), FileReport("x"))
+    report = FileReport("x")
+    assert validate.compose_yaml(folder, doc, report) == 1
+    (finding,) = report.findings
+    assert finding.path == "distillation.enabled" and "does not implement it yet" in finding.message

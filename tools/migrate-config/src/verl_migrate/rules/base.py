@@ -147,14 +147,23 @@ class Rule:
         )
 
     def drop(self, doc: Doc, path: str, note: str, *, flag_non_default: bool = True) -> None:
-        """Delete `path`; report each leaf with its value and flag values that differ from the old default."""
-        for leaf in doc.leaves(path):
+        """Delete `path`; report each leaf with its value and flag values that differ from the old default.
+
+        Leaves below `path` that the old schema does not know are kept (and later reported as unknown).
+        """
+        leaves = doc.leaves(path)
+        known = [leaf for leaf in leaves if leaf == path or leaf in old_defaults()]
+        for leaf in known:
             old = text_of(doc, leaf)
             self.change(doc, "drop", leaf, old=old, note=note)
             dflt = old_defaults().get(leaf)
             if flag_non_default and dflt is not None and old is not None and not same_value(old, dflt):
                 self.semantic(doc, leaf, f"dropped non-default value {old} (old default {dflt}): {note}")
-        doc.delete(path)
+        if len(known) == len(leaves):
+            doc.delete(path)
+        else:
+            for leaf in known:
+                doc.delete(leaf)
 
 
 def kebab(value: str) -> str:
