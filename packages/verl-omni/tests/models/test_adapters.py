@@ -161,9 +161,9 @@ def test_qwen_true_cfg_is_norm_rescaled(tiny_qwen_image_pipe):
     with torch.no_grad():
         got = adapter.velocity(pipe.transformer, x, t, cond, guidance_scale=4.0, height=64, width=64)
         plain = adapter.velocity(pipe.transformer, x, t, cond, guidance_scale=1.0, height=64, width=64)
-    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)  # trimmed padding: rounding only
     torch.testing.assert_close(got.norm(dim=-1), v_c.norm(dim=-1), atol=1e-5, rtol=1e-5)  # per-token norm kept
-    torch.testing.assert_close(plain, v_c, atol=0, rtol=0)
+    torch.testing.assert_close(plain, v_c, atol=1e-5, rtol=1e-5)
 
 
 def test_sd3_plain_cfg(tiny_sd3_pipe):
@@ -197,3 +197,14 @@ def test_decode_returns_uint8(model, request):
     with torch.no_grad():
         images = pipe.adapter.decode(pipe, latents, 64, 64)
     assert images.dtype == torch.uint8 and images.shape == (2, 3, 64, 64)
+
+
+def test_qwen_trims_trailing_padding_only():
+    from verl_omni.models.qwen_image import _trim_padding
+
+    embeds = torch.arange(2 * 6 * 1, dtype=torch.float32).reshape(2, 6, 1)
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0]])
+    e, m = _trim_padding(embeds, mask)
+    assert e.shape == (2, 3, 1) and m.tolist() == [[1, 1, 1], [1, 1, 0]]
+    e, m = _trim_padding(embeds[:1], mask[:1])
+    assert e.shape == (1, 3, 1) and m is None  # every kept token valid: no mask, like the stock pipeline

@@ -136,6 +136,7 @@ class QwenImageAdapter(DiffusionModelBase):
             guidance = torch.full((b,), float(guidance_scale), device=latents.device, dtype=torch.float32)
 
         def run(embeds: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            embeds, mask = _trim_padding(embeds, mask)
             out = transformer(
                 hidden_states=hidden,
                 timestep=t,
@@ -168,6 +169,19 @@ class QwenImageAdapter(DiffusionModelBase):
         x = x / inv_std + mean
         image = vae.decode(x, return_dict=False)[0][:, :, 0]
         return _to_uint8(pipe.image_processor.postprocess(image, output_type="pt"))
+
+
+def _trim_padding(embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Drop trailing all-padding text columns; mask `None` when every remaining token is valid (as stock).
+
+    Padding tokens are masked out of attention and text RoPE positions do not depend on the padded length, so
+    this changes no result beyond float rounding; it only saves the work on padding tokens.
+    """
+    valid = mask.bool()
+    used = valid.any(dim=0).nonzero()
+    length = int(used.max()) + 1 if used.numel() else 1
+    embeds, valid = embeds[:, :length], valid[:, :length]
+    return embeds, (None if bool(valid.all()) else mask[:, :length])
 
 
 def _to_uint8(images: torch.Tensor) -> torch.Tensor:
