@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -110,12 +112,19 @@ def test_engine_lora_binds_modules_and_trains_only_lora(make_engine, qwen_trajec
     assert changed and all("lora_" in n for n in changed)
 
 
-def test_engine_lora_binding_nothing_is_an_error_listing_module_names(make_engine):
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param({"target_modules": ["not_a_layer"]}, id="unknown target"),
+        pytest.param({"target_modules": ["to_q", "to_k"], "exclude_modules": ["to_q", "to_k"]}, id="all excluded"),
+    ],
+)
+def test_engine_lora_binding_nothing_is_an_error_listing_module_names(make_engine, model):
+    target = re.escape(repr(model["target_modules"]))
     with pytest.raises(
-        LoRABindingError,
-        match=r"target_modules=\['not_a_layer'\].*bound no module.*linear module names are: .*to_k, to_q",
+        LoRABindingError, match=rf"target_modules={target}.*bound no module.*linear module names are: .*to_k, to_q"
     ):
-        make_engine(model={"lora_rank": 4, "target_modules": ["not_a_layer"]})
+        make_engine(model={"lora_rank": 4, **model})
 
 
 def test_engine_reference_disables_lora_and_kl_loss(make_engine, qwen_trajectory):
@@ -211,3 +220,13 @@ def test_engine_gradient_checkpointing_gives_the_same_update(make_engine, qwen_t
         grads.append(_grads(engine))
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-9, rtol=1e-6, msg=name)
+
+
+def test_engine_checkpoint_load_errors(make_engine, tmp_path):
+    engine = make_engine()
+    with pytest.raises(FileNotFoundError, match=r"not an engine checkpoint \(no meta\.json\)"):
+        engine.load_checkpoint(tmp_path)
+    engine.save_checkpoint(tmp_path / "full")
+    lora = make_engine(model={"lora_rank": 4, "lora_alpha": 8})
+    with pytest.raises(ValueError, match=r"does not match the engine's trainable weights"):
+        lora.load_checkpoint(tmp_path / "full")

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultLoadPlanner
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -91,7 +92,13 @@ def load_engine_checkpoint(
         raise FileNotFoundError(f"{root}: checkpoint has {meta['contents']}, cannot load {missing}")
     if "model" in contents:
         state = get_model_state_dict(model, options=_OPTS)
-        dcp.load(state, checkpoint_id=str(root / "model"))
+        try:
+            dcp.load(state, checkpoint_id=str(root / "model"))
+        except CheckpointException as e:
+            raise ValueError(
+                f"{root}/model: does not match the engine's trainable weights ({_first_line(e)}); "
+                "was it saved with another LoRA / model config?"
+            ) from e
         result = set_model_state_dict(model, state, options=_LOAD_OPTS)
         trainable = {n for n, p in model.named_parameters() if p.requires_grad}
         missing = sorted(set(result.missing_keys) & trainable)
@@ -121,3 +128,9 @@ def load_engine_checkpoint(
         if extra["cuda_rng"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state(extra["cuda_rng"])
     return step
+
+
+def _first_line(error: Exception) -> str:
+    """The most specific line of a (multi-rank) DCP error: its last non-empty line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
