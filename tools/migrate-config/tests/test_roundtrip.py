@@ -173,3 +173,31 @@ def test_new_keys_do_not_swallow_blank_lines() -> None:
     )
     assert "val_kwargs:\n      seed: 7\n      pipeline:\n        num_inference_steps: 40\n" in out
     assert "lora_rank: 32\n\ntrainer:\n" in out
+
+
+def test_comments_after_a_dropped_first_key_survive() -> None:
+    out = _m(
+        """\
+        actor_rollout_ref:
+          actor:
+            clip_ratio_low: 0.2  # llm only
+            # note one
+            # note two
+            ppo_epochs: 1
+          # rollout next
+          rollout:
+            n: 1
+        """
+    )
+    assert out == textwrap.dedent(
+        """\
+        actor_rollout_ref:
+          actor:
+            # note one
+            # note two
+            ppo_epochs: 1
+          # rollout next
+          rollout:
+            n: 1
+        """
+    )

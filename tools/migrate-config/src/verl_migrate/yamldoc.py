@@ -209,6 +209,22 @@ class YamlDoc(Doc):
         nholder, nkey = _last_leaf(parent, new_key)
         _append_comment(nholder, nkey, rest, tok)
 
+    def _prepend_comment(self, parent: CommentedMap, text: str, like: Any) -> None:
+        """Keep comment lines that followed a removed first key as comment lines before the mapping's keys."""
+        lines = [ln for ln in text.split("\n") if ln.strip()]
+        if not lines:
+            return
+        if parent.ca.comment is None:
+            parent.ca.comment = [None, []]
+        while len(parent.ca.comment) < 2:
+            parent.ca.comment.append([])
+        if parent.ca.comment[1] is None:
+            parent.ca.comment[1] = []
+        for ln in lines:
+            mark = copy.copy(like.start_mark)
+            mark.column = len(ln) - len(ln.lstrip(" "))
+            parent.ca.comment[1].append(type(like)(ln.lstrip(" ") + "\n", mark, None))
+
     def _flush_trailing(self) -> None:
         for node, key in reversed(self._pending_trailing):
             self._move_trailing(node, key)
@@ -226,8 +242,8 @@ class YamlDoc(Doc):
                 prev = self._prev_leaf(parent, key)
                 if prev is not None:
                     _append_comment(prev[0], prev[1], rest, tok)
-                elif isinstance(parent.ca.comment, list) and len(parent.ca.comment) > 1:
-                    pass  # comment lines before the first key stay with the mapping
+                else:
+                    self._prepend_comment(parent, rest, tok)
             if holder is parent:
                 keep = tok if first.strip() else None
                 if keep is not None:
