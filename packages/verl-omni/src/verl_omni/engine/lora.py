@@ -34,8 +34,13 @@ def count_lora_modules(module: nn.Module) -> int:
 
 
 def _linear_names(module: nn.Module) -> list[str]:
-    """Distinct last components of the names of the model's `nn.Linear` modules (what target_modules matches)."""
-    names = {name.rsplit(".", 1)[-1] for name, m in module.named_modules() if isinstance(m, nn.Linear) and name}
+    """Distinct name suffixes of the model's `nn.Linear` modules, in the form `target_modules` matches."""
+    names = set()
+    for name, m in module.named_modules():
+        if isinstance(m, nn.Linear) and name:
+            parts = name.split(".")
+            # a numbered child (`to_out.0`, `net.2`) is matched with its parent's name
+            names.add(".".join(parts[-2:]) if parts[-1].isdigit() and len(parts) > 1 else parts[-1])
     return sorted(names)
 
 
