@@ -84,7 +84,6 @@ class SplitDict(Rule):
         """Split `path` into its typed destinations."""
         if not doc.has(self.path):
             return
-        value = doc.get(self.path)
         if not doc.is_map(self.path):
             text = text_of(doc, self.path) or ""
             if text.replace(" ", "") in ("{}", "null") or "${" in text:
@@ -93,13 +92,12 @@ class SplitDict(Rule):
                 doc.report.find(
                     "unknown",
                     self.path,
-                    f"inline dict {text} cannot be split automatically; set the typed "
-                    f"keys ({', '.join(d for _, d in self.routes)}) instead",
+                    f"inline dict {text} cannot be split automatically; set the typed keys instead "
+                    f"({', '.join(sorted({d.rsplit('.', 1)[0] + '.<key>' for _, d in self.routes}))})",
                     rule_id=self.id,
                     line=doc.line(self.path),
                 )
             return
-        del value
         routes = dict(self.routes)
         for child in doc.children(self.path):
             src = f"{self.path}.{child}"
