@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -98,9 +99,9 @@ class RolloutClient:
 
     async def _request(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> Any:
         limit = timeout or self.timeout_s
-        try:
-            response = await self._http.request(method, path, timeout=limit, **kwargs)
-        except httpx.TimeoutException as e:
+        try:  # httpx timeouts are per read/write; wait_for bounds the whole call
+            response = await asyncio.wait_for(self._http.request(method, path, timeout=limit, **kwargs), limit)
+        except (httpx.TimeoutException, asyncio.TimeoutError) as e:
             raise EngineTimeoutError(f"{method} {self.address}{path}: no answer within {limit:g} s") from e
         except httpx.TransportError as e:
             raise ServerDeadError(

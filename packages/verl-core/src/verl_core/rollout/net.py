@@ -9,7 +9,7 @@ from pydantic import BaseModel, ValidationError
 
 from verl_core.rollout.errors import BadRequestError, PayloadTooLargeError
 
-__all__ = ["bind_socket", "parse_json", "read_body", "validation_message"]
+__all__ = ["advertised_host", "bind_socket", "parse_json", "read_body", "validation_message"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -75,3 +75,13 @@ def validation_message(error: ValidationError, prefix: str = "") -> tuple[str, s
         else:
             lines.append(err["msg"])
     return "; ".join(lines), first
+
+
+def advertised_host(bound: str) -> str:
+    """The host clients should dial: the bound address, or this node's address for a wildcard bind."""
+    if bound not in ("0.0.0.0", "::"):
+        return bound
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"

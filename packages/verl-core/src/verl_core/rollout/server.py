@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import concurrent.futures
 import contextlib
 import enum
 import logging
@@ -23,6 +22,7 @@ import torch
 from pydantic import ValidationError
 
 from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.engine_thread import EngineThread
 from verl_core.rollout.errors import (
     BadRequestError,
     ConflictError,
@@ -32,7 +32,7 @@ from verl_core.rollout.errors import (
     RolloutError,
 )
 from verl_core.rollout.metrics import ServerMetrics
-from verl_core.rollout.net import bind_socket, validation_message
+from verl_core.rollout.net import advertised_host, bind_socket, validation_message
 from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
 from verl_core.rollout.weights import (
     TensorSpec,
@@ -95,7 +95,7 @@ class RolloutHttpServer(abc.ABC):
         self._drained: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._engine_thread: EngineThread | None = None
         self._http: Any = None
         self._serve_task: asyncio.Task | None = None
         self._address: str | None = None
@@ -290,8 +290,8 @@ class RolloutHttpServer(abc.ABC):
                 self._thread.join(timeout=10)
             if not loop.is_running():
                 loop.close()
-            if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
+            if self._engine_thread is not None:
+                self._engine_thread.stop()
             self._state = ServerState.STOPPED
 
     # ---- status ---------------------------------------------------------------------------------
@@ -325,9 +325,9 @@ class RolloutHttpServer(abc.ABC):
 
     async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking engine work on the server's single engine thread."""
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"rollout-engine-{self.rank}")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        if self._engine_thread is None:
+            self._engine_thread = EngineThread(f"rollout-engine-{self.rank}")
+        return await self._engine_thread.run(fn, *args)
 
     async def _timed(self, op: str, key: str, awaitable: Awaitable[T], timeout: float | None = None) -> T:
         """Await `awaitable` within `timeout` (default `rollout.<key>`), mapping failures to rollout errors."""
@@ -385,7 +385,7 @@ class RolloutHttpServer(abc.ABC):
                 raise EngineError(f"uvicorn stopped during start-up: {self._serve_task.exception()!r}")
             await asyncio.sleep(0.005)
         host, port = sock.getsockname()[:2]
-        self._address = f"http://{_advertised_host(host)}:{port}"
+        self._address = f"http://{advertised_host(host)}:{port}"
         self._state = ServerState.READY
         return self._address
 
@@ -557,15 +557,3 @@ class RolloutHttpServer(abc.ABC):
             with contextlib.suppress(Exception):
                 await self._timed("shutdown", "lifecycle_timeout_s", self._engine_shutdown())
         self._state = ServerState.STOPPED
-
-
-def _advertised_host(bound: str) -> str:
-    """The host clients should dial: the bound address, or this node's address for a wildcard bind."""
-    if bound not in ("0.0.0.0", "::"):
-        return bound
-    import socket
-
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"

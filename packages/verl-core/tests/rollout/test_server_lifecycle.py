@@ -1,0 +1,68 @@
+"""Lifecycle faults of `RolloutHttpServer` (through `HFHttpServer`): failed launch, busy port, hung engine at exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from verl_core.config import RolloutConfig
+from verl_core.rollout.errors import ConflictError, EngineError, NotReadyError
+from verl_core.rollout.hf import HFHttpServer
+from verl_core.rollout.net import bind_socket
+from verl_core.rollout.server import ServerState
+from verl_core.testing.server_contract import run
+
+
+def test_launch_with_missing_model_fails_cleanly(tmp_path):
+    server = HFHttpServer(RolloutConfig(model={"path": str(tmp_path / "missing")}, device="cpu"))
+    with pytest.raises(EngineError, match="engine failed during launch"):
+        run(server.launch())
+    assert server.state is ServerState.FAILED
+    with pytest.raises(NotReadyError):
+        run(server.generate({"prompt_ids": [1]}))
+    with pytest.raises(ConflictError, match="already called"):
+        run(server.launch())
+
+
+def test_launch_on_a_busy_port_names_host_and_port(tiny_llm_path):
+    busy = bind_socket("127.0.0.1", 0)
+    port = busy.getsockname()[1]
+    try:
+        server = HFHttpServer(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu", port=port))
+        with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
+            run(server.launch())
+        assert server.state is ServerState.FAILED
+    finally:
+        busy.close()
+
+
+def test_hung_engine_thread_does_not_keep_the_process_alive(tiny_llm_path):
+    script = textwrap.dedent(
+        f"""
+        import asyncio, threading
+        from verl_core.config import RolloutConfig
+        from verl_core.rollout.errors import EngineTimeoutError
+        from verl_core.rollout.hf import HFHttpServer
+
+        class Hung(HFHttpServer):
+            async def _engine_generate(self, request_id, request, params):
+                return await self._run_blocking(threading.Event().wait)  # never returns
+
+        async def main():
+            server = Hung(RolloutConfig(model={{"path": {str(tiny_llm_path)!r}}}, device="cpu", request_timeout_s=0.2))
+            await server.launch()
+            try:
+                await server.generate({{"prompt_ids": [1, 2]}})
+            except EngineTimeoutError:
+                print("timed out")
+            await server.shutdown()
+
+        asyncio.run(main())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "timed out" in out.stdout
