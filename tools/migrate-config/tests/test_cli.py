@@ -171,8 +171,9 @@ def test_several_inputs_need_a_mode(tmp_path, capsys) -> None:
         ("a: 1\nb: 2\na: 3\n", r"bad\.yaml:3:1: invalid YAML: duplicate key.*\"a\""),
         ("- a\n- b\n", r"bad\.yaml:1: the top level is a list, not a mapping"),
         ("just a string\n", r"the top level is a str, not a mapping"),
+        ("a: 1\n---\nb: 2\n", r"bad\.yaml:2:1: invalid YAML: .*single document"),
     ],
-    ids=["unclosed-flow", "tab-indent", "duplicate-key", "list-root", "scalar-root"],
+    ids=["unclosed-flow", "tab-indent", "duplicate-key", "list-root", "scalar-root", "two-documents"],
 )
 def test_bad_yaml_exit_2_and_file_untouched(tmp_path, capsys, text, match) -> None:
     path = _write(tmp_path, "bad.yaml", text)
@@ -301,3 +302,12 @@ def test_unknown_keys_inside_dropped_subtrees_are_kept(tmp_path, capsys) -> None
     captured = capsys.readouterr()
     assert captured.out == "critic:\n  my_note: keep me\n"
     assert "unknown: critic.my_note line 3" in captured.err
+
+
+def test_in_place_through_a_symlink_rewrites_the_target(tmp_path) -> None:
+    target = _write(tmp_path, "real/old.yaml", OLD)
+    link = tmp_path / "link.yaml"
+    os.symlink(target, str(link))
+    assert main(["-i", str(link)]) == 0
+    assert os.path.islink(str(link)) and "pipeline:" in _read(target)
+    assert _read(str(link) + ".bak") == OLD
