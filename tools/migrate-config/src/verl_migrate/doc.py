@@ -41,6 +41,12 @@ class Doc:
     def __init__(self, report: FileReport):
         """Attach the report every rule writes to."""
         self.report = report
+        #: semantic findings of input flags, reported at the end if the document turns out to be legacy
+        self.pending: list[tuple[str, str, str, int | None]] = []
+
+    def is_legacy(self) -> bool:
+        """Return whether the document was written for old verl: old keys in the input, or a rule rewrote it."""
+        return self.legacy or bool(self.report.changes)
 
     # -- reading ----------------------------------------------------------------------------------------------
     def has(self, path: str) -> bool:

@@ -38,6 +38,9 @@ def run(doc: Doc, rules: list[Rule]) -> None:
     """Apply `rules` to `doc`, rewrite `${...}` references to moved keys, and add findings to `doc.report`."""
     for rule in rules:
         rule.apply(doc)
+    if doc.is_legacy():
+        for path, message, rule_id, line in doc.pending:
+            doc.report.find("semantic", path, message, rule_id=rule_id, line=line)
     _rewrite_interpolations(doc, rules)
     _scan_keys(doc)
 

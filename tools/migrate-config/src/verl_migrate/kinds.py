@@ -229,9 +229,7 @@ class Flag(Rule):
         return PHASE_EXPLICIT + 1 if self.late else PHASE_INPUT_FLAGS
 
     def apply(self, doc: Doc) -> None:
-        """Report the semantic change if the condition holds on a legacy document."""
-        if not doc.legacy:
-            return
+        """Report the semantic change if the condition holds and the document is a legacy one."""
         present = doc.has(self.path)
         hit = {
             "present": present,
@@ -239,7 +237,7 @@ class Flag(Rule):
             "equals": present and any(same_value(doc.get(self.path), v) for v in self.values),
         }[self.condition]
         if hit:
-            self.semantic(doc, self.path, self.message)
+            doc.pending.append((self.path, self.message, self.id, doc.line(self.path)))
 
     def describe(self) -> str:
         """Return the condition."""
@@ -278,7 +276,7 @@ class SetExplicitDefault(Rule):
             if not doc.has(self.value_from) or doc.is_map(self.value_from):
                 return
             value = doc.get(self.value_from)
-        if not doc.legacy:
+        if not doc.is_legacy():
             self.semantic(
                 doc,
                 self.path,
