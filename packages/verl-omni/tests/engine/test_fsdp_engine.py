@@ -122,7 +122,8 @@ def test_engine_lora_binds_modules_and_trains_only_lora(make_engine, qwen_trajec
 def test_engine_lora_binding_nothing_is_an_error_listing_module_names(make_engine, model):
     target = re.escape(repr(model["target_modules"]))
     with pytest.raises(
-        LoRABindingError, match=rf"target_modules={target}.*bound no module.*linear module names are: .*to_k, to_q"
+        LoRABindingError,
+        match=rf"target_modules={target}.*bound no module.*linear module names are: .*to_k, to_out\.0, to_q",
     ):
         make_engine(model={"lora_rank": 4, **model})
 
