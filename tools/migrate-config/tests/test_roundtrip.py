@@ -201,3 +201,8 @@ def test_comments_after_a_dropped_first_key_survive() -> None:
             n: 1
         """
     )
+
+
+def test_an_empty_mapping_written_as_null_receives_new_keys() -> None:
+    out = _m("defaults: [diffusion_trainer]\nactor_rollout_ref:\n  rollout:\n    height: 3\n  model:\n")
+    assert "  model:\n    lora_rank: 32\n" in out

@@ -292,6 +292,8 @@ class YamlDoc(Doc):
                 node.insert(pos, part, CommentedMap())
                 if pos == len(node) - 1:
                     self._pending_trailing.append((node, part))
+            if node[part] is None:  # `key:` with no value is an empty mapping for our purpose
+                node[part] = CommentedMap()
             node = node[part]
             if not isinstance(node, dict):
                 where = ".".join(parts[: i + 1])
