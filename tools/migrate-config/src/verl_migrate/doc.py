@@ -69,6 +69,10 @@ class Doc:
         """Return every leaf path at or below `path`, in document order."""
         raise NotImplementedError
 
+    def items(self, path: str = "") -> list[tuple[str, Any]]:
+        """Return `(leaf path, value)` pairs at or below `path`."""
+        return [(p, self.get(p)) for p in self.leaves(path)]
+
     def line(self, path: str) -> int | None:
         """Return the 1-based line of `path` in the input, if known."""
         return None

@@ -68,13 +68,15 @@ def _suggest(path: str) -> str:
 
 
 def _scan_keys(doc: Doc) -> None:
-    for path in doc.leaves():
+    for path, value in doc.items():
         if path.split(".")[0] in ("defaults", "hydra"):
             continue
         if is_head_key(path):
             for prefix, feature in NOT_IMPLEMENTED.items():
+                if not path.startswith(prefix):
+                    continue
                 dflt = head_defaults().get(path)
-                if path.startswith(prefix) and not (dflt is not None and same_value(doc.get(path), dflt)):
+                if not (dflt is not None and same_value(value, dflt)):
                     doc.report.find(
                         "not-implemented",
                         path,

@@ -101,10 +101,10 @@ class YamlDoc(Doc):
         old_groups = {"model_engine", "actor", "ref", "rollout", "model", "critic", "legacy_reward_impl"}
         if any(e.group in old_groups for e in entries):
             return True
-        for path in self.leaves():
+        for path, value in self.items():
             if is_old_key(path) and not is_head_key(path):
                 return True
-            if path.endswith("._target_") and str(self.get(path)).startswith(_OLD_TARGET_PREFIX):
+            if path.endswith("._target_") and str(value).startswith(_OLD_TARGET_PREFIX):
                 return True
         return False
 
@@ -146,14 +146,24 @@ class YamlDoc(Doc):
 
     def leaves(self, path: str = "") -> list[str]:
         """Return leaf paths at or below `path` (an empty mapping counts as a leaf), skipping `defaults`."""
-        node = self._node(path)
-        if path and not (isinstance(node, dict) and len(node)):
-            return [path] if self.has(path) else []
-        out: list[str] = []
-        for key in node:
-            if not path and key in ("defaults", "hydra"):
-                continue
-            out.extend(self.leaves(f"{path}.{key}" if path else str(key)))
+        return [p for p, _ in self.items(path)]
+
+    def items(self, path: str = "") -> list[tuple[str, Any]]:
+        """Return `(leaf path, value)` pairs at or below `path`, in document order (one walk, no lookups)."""
+        if path and not self.has(path):
+            return []
+        out: list[tuple[str, Any]] = []
+
+        def walk(node: Any, prefix: str) -> None:
+            if prefix and not (isinstance(node, dict) and len(node)):
+                out.append((prefix, node))
+                return
+            for key, value in node.items():
+                if not prefix and key in ("defaults", "hydra"):
+                    continue
+                walk(value, f"{prefix}.{key}" if prefix else str(key))
+
+        walk(self._node(path), path)
         return out
 
     def line(self, path: str) -> int | None:
