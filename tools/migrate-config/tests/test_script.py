@@ -92,3 +92,10 @@ def test_scripts_without_the_old_entry_point_are_unchanged() -> None:
 def test_unterminated_quote_is_an_input_error() -> None:
     with pytest.raises(MigrationError, match='unterminated " quote'):
         migrate_script_text('python3 -m verl.trainer.main_flowgrpo trainer.x="abc\n', "run.sh")
+
+
+def test_interpreter_paths_and_flags() -> None:
+    for head in ("/usr/bin/python3", "${VENV}/bin/python", "python3.11 -u", "nohup python3"):
+        out = _m(f"{head} -m verl.trainer.main_flowgrpo actor_rollout_ref.rollout.width=64{TAIL}\n")
+        prefix = "nohup " if head.startswith("nohup") else ""
+        assert out.startswith(f"{prefix}verl-omni-train actor_rollout_ref.rollout.pipeline.width=64"), out

@@ -16,7 +16,9 @@ from verl_migrate.errors import MigrationError
 from verl_migrate.overridedoc import Override, OverrideDoc
 from verl_migrate.report import Change, FileReport
 
-_ENTRY = re.compile(r"(?<![\w./-])python3?(?:\.\d+)?((?:[ \t]+-[A-Za-z]+)*)[ \t]+-m[ \t]+(?P<mod>[\w.]+)")
+_ENTRY = re.compile(
+    r"(?<![\w./$-])(?:[\w.$/{}-]*/)?python3?(?:\.\d+)?((?:[ \t]+-[A-Za-z]+)*)[ \t]+-m[ \t]+(?P<mod>[\w.]+)"
+)
 _WORD_END = " \t\n;&|<>"
 
 
