@@ -66,3 +66,21 @@ def test_hung_engine_thread_does_not_keep_the_process_alive(tiny_llm_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "timed out" in out.stdout
+
+
+def test_shutdown_aborts_in_flight_generates(tiny_llm_path):
+    import asyncio
+
+    server = HFHttpServer(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu"))
+    run(server.launch())
+
+    async def scenario():
+        long = {"prompt_ids": [4, 5], "sampling_params": {"max_tokens": 500, "ignore_eos": True}}
+        task = asyncio.ensure_future(server.generate(long))
+        while not server._inflight:
+            await asyncio.sleep(0.002)
+        await server.shutdown()
+        return await task
+
+    response = run(scenario())
+    assert response.finish_reason == "abort" and server.state is ServerState.STOPPED

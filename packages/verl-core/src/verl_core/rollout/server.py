@@ -292,6 +292,7 @@ class RolloutHttpServer(abc.ABC):
                 loop.close()
             if self._engine_thread is not None:
                 self._engine_thread.stop()
+                self._engine_thread = None
             self._state = ServerState.STOPPED
 
     # ---- status ---------------------------------------------------------------------------------
@@ -546,8 +547,13 @@ class RolloutHttpServer(abc.ABC):
         )
 
     async def _shutdown_impl(self) -> None:
-        for task in list(self._inflight.values()):
-            task.cancel()
+        if self._inflight:  # let in-flight generates finish as "abort", then cancel what is left
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._engine_abort(list(self._inflight)), 2.0)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), 5.0)
+            for task in list(self._inflight.values()):
+                task.cancel()
         if self._http is not None:
             self._http.should_exit = True
         if self._serve_task is not None:
