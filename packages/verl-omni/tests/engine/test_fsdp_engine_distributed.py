@@ -43,7 +43,7 @@ def _run(nproc: int, pipeline: pathlib.Path, batch: pathlib.Path, out: pathlib.P
 @pytest.fixture(scope="module")
 def saved_batch(qwen_trajectory, tmp_path_factory) -> pathlib.Path:
     batch = qwen_trajectory.clone()
-    batch["advantages"] = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    batch["advantages"] = torch.tensor([1.0, -0.5, 0.8, 0.3])  # non-zero mean: the loss is not 0
     path = tmp_path_factory.mktemp("dist") / "batch.pt"
     torch.save(batch.to_dict(), path)
     return path
