@@ -27,8 +27,11 @@ from verl_omni.trainer.algos import flow_grpo_policy_loss, kl_penalty, rollout_c
 
 __all__ = ["DiffusersFSDPEngine"]
 
-# trajectory keys moved to the engine device; the per-batch scalars (height, width, steps, ...) stay on the host
+# the per-batch scalars (height, width, steps, ...) stay on the host (the adapter reads them as Python numbers)
 _HOST_KEYS = ("height", "width", "num_inference_steps", "noise_level", "guidance_scale", "prompt_index")
+# never needed on the device by the forward paths
+_SKIP_KEYS = ("images",)
+_UPDATE_ONLY_KEYS = ("old_log_probs", "advantages", "ref_prev_sample_mean", "ref_log_probs")
 
 
 class DiffusersFSDPEngine:
@@ -170,9 +173,12 @@ class DiffusersFSDPEngine:
 
     # ---- forward paths ------------------------------------------------------------------------------------
 
-    def _to_device(self, batch: TensorDict) -> TensorDict:
+    def _to_device(self, batch: TensorDict, *, update: bool = False) -> TensorDict:
         host = [k for k in _HOST_KEYS if k in batch]
-        moved = batch.exclude(*host).to(self.device, non_blocking=True)
+        skip = [*_SKIP_KEYS, *([] if update else _UPDATE_ONLY_KEYS)]
+        if update and not self.config.use_kl_loss:
+            skip += ["ref_prev_sample_mean", "ref_log_probs"]
+        moved = batch.exclude(*host, *skip).to(self.device, non_blocking=True)
         return moved.update(batch.select(*host)) if host else moved
 
     def _score(self, micro: TensorDict, j: int) -> Any:
@@ -317,7 +323,7 @@ class DiffusersFSDPEngine:
                 mini_size = mini.batch_size[0]
                 self.optimizer.zero_grad(set_to_none=True)
                 for micro in self._micro_batches(mini, self.config.ppo_micro_batch_size_per_gpu):
-                    micro = self._to_device(micro)
+                    micro = self._to_device(micro, update=True)
                     scale = micro.batch_size[0] / mini_size / k * (self.config.loss_scale_factor or 1.0)
                     adv = micro["advantages"]
                     for j in range(k):
