@@ -42,13 +42,19 @@ def command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "verl_migrate"]
 
 
-def median_wall(argv: list[str], runs: int) -> float:
-    times = []
+def median_wall(argv: list[str], runs: int) -> tuple[float, float]:
+    """Return the median wall time and the median CPU time (user + system) of `argv` run as a fresh process."""
+    import resource
+
+    walls, cpus = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def in_process(runs: int) -> float:
@@ -84,16 +90,21 @@ def main() -> int:
             ),
         ],
     }
-    print(f"machine: {machine()}; python {platform.python_version()}; runs per case: {args.runs} (median)")
-    results = {name: median_wall(argv, args.runs) for name, argv in cases.items()}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"machine: {machine()}; python {platform.python_version()}; load average {load:.1f}; "
+        f"runs per case: {args.runs} (median)"
+    )
+    measured = {name: median_wall(argv, args.runs) for name, argv in cases.items()}
+    results = {name: wall for name, (wall, _) in measured.items()}
     base = results["python -c pass (baseline)"]
-    print(f"{'case':<34} {'median s':>9} {'x baseline':>11} {'target s':>9}  ok")
-    for name, secs in results.items():
+    print(f"{'case':<34} {'wall s':>8} {'x baseline':>11} {'cpu s':>7} {'target s':>9}  ok")
+    for name, (secs, cpu) in measured.items():
         target = TARGETS.get(name)
         ok = "" if target is None else ("yes" if secs < target else "NO")
-        print(f"{name:<34} {secs:9.3f} {secs / base:11.1f} {target if target else '':>9}  {ok}")
+        print(f"{name:<34} {secs:8.3f} {secs / base:11.1f} {cpu:7.3f} {target if target else '':>9}  {ok}")
     inproc = in_process(args.runs)
-    print(f"{'in-process migrate_yaml_text':<34} {inproc:9.3f} {inproc / base:11.1f}")
+    print(f"{'in-process migrate_yaml_text':<34} {inproc:8.3f} {inproc / base:11.1f}")
     try:
         import matplotlib
 
