@@ -40,7 +40,13 @@ class Override:
     @property
     def is_config(self) -> bool:
         """Return whether this override sets or deletes a config value (not a group, not `hydra.*`)."""
-        return self.key is not None and not self.is_group and not self.key.startswith("hydra.")
+        key = self.key
+        if key is None:
+            return False
+        if key is not self.__dict__.get("_cfg_key"):  # cached per key spelling; rules rename keys
+            self.__dict__["_cfg_key"] = key
+            self.__dict__["_cfg"] = not self.is_group and not key.startswith("hydra.")
+        return self.__dict__["_cfg"]
 
     @property
     def live(self) -> bool:
@@ -87,14 +93,15 @@ class OverrideDoc(Doc):
         self.legacy = legacy
 
     def _under(self, path: str, *, live: bool = True) -> list[Override]:
-        return [
-            e
-            for e in self.entries
-            if e.is_config
-            and not e.deleted
-            and (e.live or not live)
-            and (not path or e.key == path or str(e.key).startswith(path + "."))
-        ]
+        dotted = path + "."
+        out = []
+        for e in self.entries:
+            key = e.key
+            if key is None or e.deleted or (path and key != path and not key.startswith(dotted)):
+                continue
+            if e.is_config and (not live or e.prefix != "~"):
+                out.append(e)
+        return out
 
     def has(self, path: str) -> bool:
         """Return whether an override sets `path` or a key below it."""
