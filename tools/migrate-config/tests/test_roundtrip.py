@@ -206,3 +206,18 @@ def test_comments_after_a_dropped_first_key_survive() -> None:
 def test_an_empty_mapping_written_as_null_receives_new_keys() -> None:
     out = _m("defaults: [diffusion_trainer]\nactor_rollout_ref:\n  rollout:\n    height: 3\n  model:\n")
     assert "  model:\n    lora_rank: 32\n" in out
+
+
+def test_defaults_entry_comments_survive_a_group_rename() -> None:
+    out = _m(
+        """\
+        defaults:
+          - diffusion_trainer  # base
+          - override rollout@actor_rollout_ref.rollout: diffusion_rollout  # old group
+          - _self_
+        """
+    )
+    assert out.startswith(
+        "defaults:\n  - diffusion_trainer  # base\n"
+        "  - override diffusion/rollout@actor_rollout_ref.rollout: diffusion_rollout  # old group\n  - _self_\n"
+    )

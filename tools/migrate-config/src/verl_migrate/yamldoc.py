@@ -420,11 +420,20 @@ class YamlDoc(Doc):
             return
         name = ("override " if entry.override else "") + (f"{group}@{package}" if package else group)
         item = seq[i]
-        new = CommentedMap()
-        new[name] = option
-        if isinstance(item, CommentedMap):
-            new.fa.set_flow_style() if item.fa.flow_style() else None
-        seq[i] = new
+        if not isinstance(item, CommentedMap):
+            new = CommentedMap()
+            new[name] = option
+            seq[i] = new
+            return
+        (old_name,) = list(item.keys())
+        tok = _own_token(item, old_name)
+        item.ca.items.pop(old_name, None)
+        del item[old_name]
+        item[name] = option
+        if tok is not None:
+            with contextlib.suppress(AttributeError, TypeError):
+                tok.column = max(0, tok.column + len(name) - len(old_name) + len(str(option)) - len(str(entry.option)))
+            item.ca.items[name] = [None, None, tok, None]
 
     def delete_group(self, entry: GroupEntry) -> None:
         """Remove a defaults entry (later handles are re-read by the caller)."""
