@@ -39,6 +39,7 @@ def test_launch_on_a_busy_port_names_host_and_port(tiny_llm_path):
         busy.close()
 
 
+@pytest.mark.slow
 def test_hung_engine_thread_does_not_keep_the_process_alive(tiny_llm_path):
     script = textwrap.dedent(
         f"""

@@ -23,6 +23,7 @@ from verl_core.rollout.vllm import (
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
+@pytest.mark.slow
 def test_vllm_modules_import_without_loading_vllm():
     code = (
         "import sys, verl_core.rollout.vllm, verl_core.rollout.vllm.worker_extension, verl_core.rollout.registry;"
