@@ -78,3 +78,46 @@ def test_rule_metadata() -> None:
         assert r.summary.endswith("."), r.id
         assert len(r.summary) <= 130, r.id
         assert r.since in ("0.1.0", "0.2.0"), r.id
+
+
+def _nest(words: list[str]) -> dict:
+    from verl_migrate.keys import parse_text
+
+    tree: dict = {}
+    for w in words:
+        key, _, value = w.lstrip("+").partition("=")
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = parse_text(value)
+    return tree
+
+
+_YAML_VARIANT_KINDS = ("rename-key", "move-subtree", "split-dict", "rename-value", "replace-target", "drop")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        c
+        for c in CASES
+        if c.kind == "rewrite"
+        and c.fmt == "overrides"
+        and {r.id: r.kind for r in all_rules()}[c.rule_id] in _YAML_VARIANT_KINDS
+    ],
+    ids=lambda c: c.rule_id,
+)
+def test_rule_rewrite_yaml_variant(case: Case) -> None:
+    """The same rewrite, written as a nested YAML config, gives the same data as the override form."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    from verl_migrate.keys import normalize
+
+    buf = io.StringIO()
+    YAML().dump(_nest(case.words("before")), buf)
+    out, report = migrate_yaml_text(buf.getvalue(), only=[case.rule_id])
+    assert {c.rule_id for c in report.changes} == {case.rule_id}
+    assert normalize(yaml_io.load(out, "out")) == _nest(case.words("after"))
