@@ -311,3 +311,28 @@ def test_in_place_through_a_symlink_rewrites_the_target(tmp_path) -> None:
     assert main(["-i", str(link)]) == 0
     assert os.path.islink(str(link)) and "pipeline:" in _read(target)
     assert _read(str(link) + ".bak") == OLD
+
+
+def test_config_group_files_by_header_or_option(tmp_path, capsys) -> None:
+    header = _write(
+        tmp_path,
+        "rollout/mine.yaml",
+        "# @package actor_rollout_ref.rollout\ndefaults:\n  - rollout\n  - _self_\nheight: 256\n",
+    )
+    assert main([header]) == 0
+    assert capsys.readouterr().out == (
+        "# @package actor_rollout_ref.rollout\ndefaults:\n  - rollout\n  - _self_\npipeline:\n  height: 256\n"
+    )
+    plain = _write(
+        tmp_path, "model/mine.yaml", "lora_rank: 8\nheight: ${oc.select:actor_rollout_ref.rollout.height,512}\n"
+    )
+    assert main(["--package", "actor_rollout_ref.model", plain]) == 0
+    assert capsys.readouterr().out == (
+        "lora_rank: 8\npipeline:\n  height: ${oc.select:actor_rollout_ref.rollout.pipeline.height,512}\n"
+    )
+
+
+def test_config_group_file_cannot_move_keys_outside_its_package(tmp_path, capsys) -> None:
+    path = _write(tmp_path, "rollout/skip.yaml", "skip:\n  enable: true\n")
+    assert main(["--package", "actor_rollout_ref.rollout", path]) == 2
+    assert "would move `skip` outside its package" in capsys.readouterr().err

@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--check", action="store_true", help="exit 1 if any file would change; write nothing")
     p.add_argument("--no-backup", action="store_true", help="with -i: do not keep PATH.bak")
     p.add_argument("--script", action="store_true", help="treat every PATH as a launch script")
+    p.add_argument(
+        "--package",
+        metavar="PKG",
+        help="the YAML files are config-group files for this package, e.g. actor_rollout_ref.rollout "
+        "(default: a `# @package` header, else the config root)",
+    )
     p.add_argument("--report", choices=("text", "json"), help="print every change, unknown key and semantic change")
     p.add_argument("--report-file", metavar="FILE", help="write the report to FILE instead of stderr")
     p.add_argument("--validate", action="store_true", help="check the result against verl-omni's config")

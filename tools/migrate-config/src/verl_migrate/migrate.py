@@ -25,9 +25,16 @@ class OverridesResult:
 
 
 def migrate_yaml_text(
-    text: str, path: str = "<string>", *, only: Iterable[str] | None = None, skip: Iterable[str] | None = None
+    text: str,
+    path: str = "<string>",
+    *,
+    only: Iterable[str] | None = None,
+    skip: Iterable[str] | None = None,
+    package: str | None = None,
 ) -> tuple[str, FileReport]:
     """Migrate one YAML document; return the new text (the input itself when nothing changes) and the report.
+
+    `package` (or a `# @package <path>` header) marks a config-group file whose keys live below that path.
 
     Raises:
         MigrationError: invalid YAML, duplicate keys, a top level that is not a mapping, or conflicting keys.
@@ -46,14 +53,28 @@ def migrate_yaml_text(
             path=path,
             line=1,
         )
-    doc = YamlDoc(data, report)
+    if package is None:
+        package = _package_header(text)
+    doc = YamlDoc(data, report, package=package or "")
     doc.indent = yaml_io.guess_style(text)["mapping"]
     engine.run(doc, engine.select_rules("yaml", only, skip))
     if not report.changes:
         return text, report
-    new = yaml_io.dump(data, text)
+    new = yaml_io.dump(doc.packaged_root(), text)
     report.changed = new != text
     return (new if report.changed else text), report
+
+
+def _package_header(text: str) -> str | None:
+    """Return the package of a `# @package a.b` header (Hydra's `_global_` / `_group_` give None)."""
+    for line in text.splitlines()[:20]:
+        stripped = line.strip()
+        if stripped.startswith("# @package "):
+            pkg = stripped[len("# @package ") :].strip()
+            return None if pkg.startswith("_") else pkg
+        if stripped and not stripped.startswith("#"):
+            break
+    return None
 
 
 def translate_overrides(

@@ -70,7 +70,7 @@ class Runner:
                 new, report = migrate_script_text(src, path, only=only, skip=skip)
             else:
                 try:
-                    new, report = migrate_yaml_text(src, path, only=only, skip=skip)
+                    new, report = migrate_yaml_text(src, path, only=only, skip=skip, package=a.package)
                 except MigrationError as e:
                     if not explicit and "not a mapping" in e.message:
                         self.reports.append(FileReport(path, skipped="top level is not a mapping (not a config)"))

@@ -81,9 +81,24 @@ class YamlDoc(Doc):
     #: mapping indentation of the file (moved keys' end-of-line comments keep their distance)
     indent = 2
 
-    def __init__(self, root: CommentedMap, report: FileReport):
-        """Wrap the loaded root mapping and work out whether it is a dump, layered on defaults, or legacy."""
+    def __init__(self, root: CommentedMap, report: FileReport, *, package: str = ""):
+        """Wrap the loaded root mapping and work out whether it is a dump, layered on defaults, or legacy.
+
+        `package` is the Hydra package of a config-group file (e.g. `actor_rollout_ref.rollout`): its keys are
+        addressed below that path; its own `defaults:` list is left alone.
+        """
         super().__init__(report)
+        self.package = package
+        self.skip_paths = {f"{package}.defaults"} if package else {"defaults", "hydra"}
+        if package:
+            outer = CommentedMap()
+            node = outer
+            *parents, last = package.split(".")
+            for part in parents:
+                node[part] = CommentedMap()
+                node = node[part]
+            node[last] = root
+            root = outer
         self.root = root
         self._created: dict[str, str] = {}
         self._pending_trailing: list[tuple[Any, str]] = []
@@ -159,9 +174,10 @@ class YamlDoc(Doc):
                 out.append((prefix, node))
                 return
             for key, value in node.items():
-                if not prefix and key in ("defaults", "hydra"):
+                sub = f"{prefix}.{key}" if prefix else str(key)
+                if sub in self.skip_paths:
                     continue
-                walk(value, f"{prefix}.{key}" if prefix else str(key))
+                walk(value, sub)
 
         walk(self._node(path), path)
         return out
@@ -376,9 +392,9 @@ class YamlDoc(Doc):
         def walk(node: Any, path: str) -> Iterator[tuple[str, str, Any]]:
             items = node.items() if isinstance(node, dict) else enumerate(node)
             for k, v in items:
-                if not path and k in ("defaults", "hydra"):
-                    continue
                 p = f"{path}.{k}" if path else str(k)
+                if p in self.skip_paths:
+                    continue
                 if isinstance(v, str):
                     yield p, str(v), (node, k)
                 elif isinstance(v, (dict, list)):
@@ -393,8 +409,26 @@ class YamlDoc(Doc):
         node[key] = type(old)(text) if type(old) is not str else text
 
     # -- defaults list ----------------------------------------------------------------------------------------
+    def packaged_root(self) -> Any:
+        """Return the mapping that is the file's top level (the package node for a config-group file)."""
+        if not self.package:
+            return self.root
+        node = self._node(self.package)
+        extra = [k for k in self.root if k != self.package.split(".")[0]] or [
+            p for p in self.leaves() if not p.startswith(self.package + ".")
+        ]
+        if extra:
+            raise MigrationError(
+                f"migrating this `{self.package}` group file would move `{extra[0]}` outside its package; "
+                "migrate the config that composes it instead",
+                path=self.report.path,
+            )
+        return CommentedMap() if node is None else node
+
     def group_entries(self) -> list[GroupEntry]:
         """Return the entries of the top-level `defaults:` list."""
+        if self.package:
+            return []
         seq = self.root.get("defaults") if isinstance(self.root, dict) else None
         if not isinstance(seq, list):
             return []
