@@ -336,3 +336,14 @@ def test_config_group_file_cannot_move_keys_outside_its_package(tmp_path, capsys
     path = _write(tmp_path, "rollout/skip.yaml", "skip:\n  enable: true\n")
     assert main(["--package", "actor_rollout_ref.rollout", path]) == 2
     assert "would move `skip` outside its package" in capsys.readouterr().err
+
+
+def test_standard_input(monkeypatch, capsys) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("actor_rollout_ref:\n  rollout:\n    width: 64\n"))
+    assert main(["-"]) == 0
+    assert capsys.readouterr().out == "actor_rollout_ref:\n  rollout:\n    pipeline:\n      width: 64\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a: 1\n"))
+    assert main(["-i", "-"]) == 2
+    assert "-i cannot rewrite standard input" in capsys.readouterr().err

@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("paths", nargs="*", metavar="PATH", help="YAML configs, launch scripts, or folders to walk")
+    p.add_argument(
+        "paths", nargs="*", metavar="PATH", help="YAML configs, launch scripts, or folders to walk ('-': stdin)"
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("-o", "--output", metavar="OUT", help="write the migrated file to OUT (one input only)")
     out.add_argument("-i", "--in-place", action="store_true", help="rewrite files atomically, keeping PATH.bak")

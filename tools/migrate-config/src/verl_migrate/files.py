@@ -60,7 +60,9 @@ def discover(paths: list[str]) -> tuple[list[tuple[str, bool]], list[MigrationEr
     errors: list[MigrationError] = []
     seen: set[str] = set()
     for p in paths:
-        if os.path.isdir(p):
+        if p == "-":
+            found.append((p, True))
+        elif os.path.isdir(p):
             _walk(p, [os.path.realpath(p)], found, errors, seen)
         elif os.path.lexists(p) and not os.path.exists(p):
             errors.append(MigrationError(_broken(p), path=p))

@@ -61,7 +61,12 @@ class Runner:
 
         a = self.args
         try:
-            text = files.read_text(path)
+            if path == "-":
+                if a.in_place:
+                    raise MigrationError("-i cannot rewrite standard input; use -o OUT or redirect stdout", path="-")
+                text = sys.stdin.read()
+            else:
+                text = files.read_text(path)
             crlf = "\r\n" in text
             src = text.replace("\r\n", "\n") if crlf else text
             kind = files.kind_of(path, src, "script" if a.script else None)
