@@ -19,29 +19,38 @@ _WORDS = (
 TINY_WORDS = tuple(_WORDS.split())
 
 
-def build_tiny_llm(path: str | Path, *, hidden_size: int = 32, num_layers: int = 2, seed: int = 0) -> Path:
-    """Write a random Qwen2 causal LM and its word-level tokenizer to `path`; return the folder.
+def build_tiny_llm(
+    path: str | Path, *, hidden_size: int = 32, num_layers: int = 2, vocab_size: int = 384, seed: int = 0
+) -> Path:
+    """Write a random Qwen2 causal LM and a byte-level BPE tokenizer trained on a word list; return the folder.
 
     Args:
         path (`str` or `Path`): output folder (created).
         hidden_size (`int`, *optional*, defaults to `32`): model width.
         num_layers (`int`, *optional*, defaults to `2`): decoder layers.
+        vocab_size (`int`, *optional*, defaults to `384`): BPE vocabulary size (256 bytes + merges + 4 specials).
         seed (`int`, *optional*, defaults to `0`): seed of the random weights.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
+    # a byte-level BPE trained on a word list: the format AutoTokenizer expects for a qwen2 model
     specials = ["<pad>", "<unk>", "<bos>", "<eos>"]
-    vocab = {tok: i for i, tok in enumerate(specials + list(dict.fromkeys(TINY_WORDS)))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    core.decoder = decoders.WordPiece()  # joins words with spaces
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    corpus = [" ".join(TINY_WORDS[i:] + TINY_WORDS[:i]) for i in range(0, len(TINY_WORDS), 7)]
+    core.train_from_iterator(corpus, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<bos>", eos_token="<eos>"
     )
     tokenizer.save_pretrained(out)
+    vocab = core.get_vocab()
     config = Qwen2Config(
         vocab_size=((len(vocab) + 63) // 64) * 64,
         hidden_size=hidden_size,
