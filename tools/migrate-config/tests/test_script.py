@@ -99,3 +99,43 @@ def test_interpreter_paths_and_flags() -> None:
         out = _m(f"{head} -m verl.trainer.main_flowgrpo actor_rollout_ref.rollout.width=64{TAIL}\n")
         prefix = "nohup " if head.startswith("nohup") else ""
         assert out.startswith(f"{prefix}verl-omni-train actor_rollout_ref.rollout.pipeline.width=64"), out
+
+
+def test_dropping_the_last_lines_and_adding_overrides() -> None:
+    out = _m(
+        """\
+        python3 -m verl.trainer.main_flowgrpo \\
+            trainer.nnodes=1 \\
+            trainer.balance_batch=True \\
+            trainer.critic_warmup=0
+        echo done
+        """
+    )
+    assert out == (
+        "verl-omni-train \\\n"
+        "    actor_rollout_ref.model.lora_rank=32 \\\n"
+        "    actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=40 \\\n"
+        "    trainer.nnodes=1\n"
+        "echo done\n"
+    )
+
+
+def test_every_override_dropped() -> None:
+    out = _m(
+        """\
+        python3 -m verl.trainer.main_flowgrpo \\
+            trainer.balance_batch=True \\
+            trainer.critic_warmup=0
+        """
+    )
+    assert out == (
+        "verl-omni-train actor_rollout_ref.model.lora_rank=32 "
+        "actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=40\n"
+    )
+
+
+def test_two_words_dropped_from_one_line() -> None:
+    out = _m(
+        f"python3 -m verl.trainer.main_flowgrpo trainer.balance_batch=1 trainer.nnodes=1 trainer.critic_warmup=0{TAIL}\n"
+    )
+    assert out == f"verl-omni-train trainer.nnodes=1{TAIL}\n"

@@ -6,7 +6,6 @@ with `shlex`; edits replace only the words that change, so the script's layout a
 
 from __future__ import annotations
 
-import itertools
 import re
 import shlex
 from dataclasses import dataclass
@@ -128,23 +127,11 @@ def _requote(raw: str, old: Override, new_token: str) -> str:
     return shlex.quote(new_token)
 
 
-def _delete_span(text: str, w: Word) -> tuple[int, int]:
-    ls = text.rfind("\n", 0, w.start) + 1
-    le = text.find("\n", w.end)
-    le = len(text) if le < 0 else le
-    before, after = text[ls : w.start], text[w.end : le]
-    if not before.strip() and after.strip() == "\\":
-        return ls, min(le + 1, len(text))
-    if not before.strip() and not after.strip():
-        prev_end = ls - 1
-        k = prev_end
-        while k > 0 and text[k - 1] in " \t\\":
-            k -= 1
-        return k, le
-    k = w.start
-    while k > ls and text[k - 1] in " \t":
-        k -= 1
-    return k, w.end
+def _line_span(text: str, pos: int) -> tuple[int, int]:
+    """Return the start and end (before the newline) of the line holding `pos`."""
+    ls = text.rfind("\n", 0, pos) + 1
+    le = text.find("\n", pos)
+    return ls, len(text) if le < 0 else le
 
 
 def migrate_script_text(text: str, path: str, rules_only=None, rules_skip=None) -> tuple[str, FileReport]:
@@ -168,7 +155,7 @@ def migrate_script_text(text: str, path: str, rules_only=None, rules_skip=None) 
         for e, w in zip(doc.entries, words):
             e.line = text.count("\n", 0, w.start) + 1
         engine.run(doc, rules)
-        edits.extend(_word_edits(text, words, doc))
+        edits.extend(_word_edits(text, m.start(), words, doc))
     if not edits:
         return text, report
     out = text
@@ -178,39 +165,56 @@ def migrate_script_text(text: str, path: str, rules_only=None, rules_skip=None) 
     return out, report
 
 
-def _word_edits(text: str, words: list[Word], doc: OverrideDoc) -> list[tuple[int, int, str]]:
+def _word_edits(text: str, entry_start: int, words: list[Word], doc: OverrideDoc) -> list[tuple[int, int, str]]:
+    """Plan the edits of one command: rewritten words, removed words (whole lines when a line empties) and new
+    overrides, keeping every line but the command's last one ending in a backslash continuation.
+    """
     edits: list[tuple[int, int, str]] = []
+    deleted = {e.index for e in doc.entries if e.index is not None and e.deleted}
     for e in doc.entries:
-        if e.index is None or not e.changed:
-            continue
-        w = words[e.index]
-        if e.deleted:
-            s, t = _delete_span(text, w)
-            edits.append((s, t, ""))
-        else:
+        if e.index is not None and e.changed and not e.deleted:
+            w = words[e.index]
             edits.append((w.start, w.end, _requote(w.raw, e, e.token())))
-    new = [e for e in doc.entries if e.index is None and not e.deleted]
+    entry_line = _line_span(text, entry_start)
+    lines: dict[tuple[int, int], list[int]] = {entry_line: []}
+    for i, w in enumerate(words):
+        lines.setdefault(_line_span(text, w.start), []).append(i)
+    order = sorted(lines)
+    kept_lines = [ln for ln in order if ln == entry_line or any(i not in deleted for i in lines[ln])]
+    for ln in order:
+        if ln not in kept_lines:
+            edits.append((ln[0], min(ln[1] + 1, len(text)), ""))  # the whole line goes
+            continue
+        for i in lines[ln]:
+            if i in deleted:
+                k = words[i].start
+                while k > ln[0] and text[k - 1] in " \t":
+                    k -= 1
+                edits.append((k, words[i].end, ""))
+    last = kept_lines[-1]
+    if last != order[-1]:  # the old last line(s) went: the new last line must not continue
+        k = last[1]
+        while k > last[0] and text[k - 1] in " \t\\":
+            k -= 1
+        edits.append((k, last[1], ""))
+    new = [shlex.quote(e.token()) for e in doc.entries if e.index is None and not e.deleted]
     if not new:
         return edits
-    keep = [words[e.index] for e in doc.entries if e.index is not None and e.key is not None and not e.deleted]
-    anchor = keep[-1] if keep else words[-1] if words else None
-    tokens = [shlex.quote(e.token()) for e in new]
-    if anchor is None:
-        return edits
-    ls = text.rfind("\n", 0, anchor.start) + 1
-    le = text.find("\n", anchor.end)
-    le = len(text) if le < 0 else le
-    before, after = text[ls : anchor.start], text[anchor.end : le]
-    multiline = any("\n" in text[a.end : b.start] for a, b in itertools.pairwise(words))
-    if multiline and not before.strip():
-        block = "".join(f"{before}{t} \\\n" for t in tokens)
-        if after.strip().endswith("\\"):
-            edits.append((le + 1, le + 1, block))
-        else:
-            edits.append((ls, ls, block))
+    if last == entry_line:
+        kept = [w for i, w in enumerate(words) if i not in deleted and _line_span(text, w.start) == last]
+        override_words = [w for w, e in zip(words, doc.entries) if e.key is not None and w in kept]
+        at = (override_words or kept or [None])[-1]
+        pos = at.end if at is not None else _entry_end(text, entry_start)
+        edits.append((pos, pos, "".join(" " + t for t in new)))
     else:
-        edits.append((anchor.end, anchor.end, "".join(" " + t for t in tokens)))
+        indent = text[last[0] : last[0] + len(text[last[0] : last[1]]) - len(text[last[0] : last[1]].lstrip())]
+        edits.append((last[0], last[0], "".join(f"{indent}{t} \\\n" for t in new)))
     return edits
+
+
+def _entry_end(text: str, entry_start: int) -> int:
+    m = _ENTRY.match(text, entry_start) or _NEW_ENTRY.match(text, entry_start)
+    return m.end() if m else entry_start
 
 
 _NEW_ENTRY = re.compile(r"(?<![\w./-])verl-omni-train(?![\w.-])")
