@@ -136,6 +136,7 @@ def test_every_override_dropped() -> None:
 
 def test_two_words_dropped_from_one_line() -> None:
     out = _m(
-        f"python3 -m verl.trainer.main_flowgrpo trainer.balance_batch=1 trainer.nnodes=1 trainer.critic_warmup=0{TAIL}\n"
+        "python3 -m verl.trainer.main_flowgrpo trainer.balance_batch=1 trainer.nnodes=1 "
+        f"trainer.critic_warmup=0{TAIL}\n"
     )
     assert out == f"verl-omni-train trainer.nnodes=1{TAIL}\n"

@@ -166,8 +166,10 @@ def migrate_script_text(text: str, path: str, rules_only=None, rules_skip=None) 
 
 
 def _word_edits(text: str, entry_start: int, words: list[Word], doc: OverrideDoc) -> list[tuple[int, int, str]]:
-    """Plan the edits of one command: rewritten words, removed words (whole lines when a line empties) and new
-    overrides, keeping every line but the command's last one ending in a backslash continuation.
+    """Plan the edits of one command.
+
+    Rewritten words are replaced in place, removed words go (with their line when it empties), new overrides are
+    added; every line but the command's last keeps its backslash continuation.
     """
     edits: list[tuple[int, int, str]] = []
     deleted = {e.index for e in doc.entries if e.index is not None and e.deleted}
