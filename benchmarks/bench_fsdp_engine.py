@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import json
 import os
@@ -286,6 +287,14 @@ def main() -> None:
         "compile": args.compile,
         "fwd_tflop_per_image_step": fwd / 1e12,
     }
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f"{device.type}_{args.preset or ('qwen-width' if device.type == 'cuda' else 'tiny')}"
+    json_path = out / f"bench_fsdp_engine_{tag}.json"
+
+    def save() -> None:  # after every phase, so a later failure (OOM) keeps the figures so far
+        json_path.write_text(json.dumps(results, indent=1))
+
     print(f"machine: {results['machine']}  torch {torch.__version__}")
     print(f"preset {preset}, window {args.window}, batch {batch_size}, dtype {args.dtype}")
 
@@ -305,10 +314,10 @@ def main() -> None:
     # 2. full fine-tuning engine: log-prob recompute, policy update, peak memory
     reset_peak(device)
     engine = make_engine(transformer, adapter, preset, args)
-    recompute_t = timed(lambda: engine.compute_log_prob(batch), device, args.iters, args.warmup)
+    recompute_t = timed(functools.partial(engine.compute_log_prob, batch), device, args.iters, args.warmup)
     batch["old_log_probs"] = engine.compute_log_prob(batch)["old_log_probs"].cpu()
     reset_peak(device)
-    update_t = timed(lambda: engine.update_policy(batch), device, args.iters, args.warmup)
+    update_t = timed(functools.partial(engine.update_policy, batch), device, args.iters, args.warmup)
     train_flops = 3 * fwd * batch_size * args.window
     results.update(
         recompute_images_per_s=batch_size / recompute_t,
@@ -326,54 +335,70 @@ def main() -> None:
           f"engine/baseline time {results['engine_over_baseline']:.2f}x")  # fmt: skip
     peak = results["peak_gib_no_offload"]
     print(f"peak memory, no offload: {'n/a (cpu)' if peak is None else f'{peak:.1f} GiB'}")
+    save()
     del engine, transformer
     reset_peak(device)
 
     # 3. CPU offload (params + grads + optimizer step on the host): peak accelerator memory
     if device.type == "cuda" and not args.skip_offload:
-        transformer, adapter = build_model(preset, device)
-        reset_peak(device)
-        engine = make_engine(transformer, adapter, preset, args, offload=True)
-        reset_peak(device)  # the model was built on the GPU; measure the update with the params on the host
-        offload_t = timed(lambda: engine.update_policy(batch), device, 1, 1)
-        results.update(peak_gib_offload=peak_gib(device), update_s_offload=offload_t)
-        print(f"peak memory, param+optimizer offload: {results['peak_gib_offload']:.1f} GiB "
-              f"(update {offload_t:.2f} s)")  # fmt: skip
-        del engine, transformer
-        reset_peak(device)
+        _guarded("offload", results, save, lambda: _offload_phase(preset, args, batch, device, results))
     else:
         print("offload run skipped (needs CUDA)" if device.type != "cuda" else "offload run skipped")
 
     # 4. LoRA: export of the adapter tensors for weight sync
     if args.lora_rank:
-        transformer, adapter = build_model(preset, device)
-        engine = make_engine(transformer, adapter, preset, args, lora_rank=args.lora_rank)
-        export_t = timed(lambda: engine.export_weights(dtype=torch.bfloat16), device, args.iters, 1)
-        tensors = engine.export_weights(dtype=torch.bfloat16)
-        n_lora = sum(t.numel() for t in tensors.values())
-        lora_update_t = timed(lambda: engine.update_policy(batch), device, args.iters, args.warmup)
-        results.update(
-            lora_rank=args.lora_rank,
-            lora_modules=engine.num_lora_modules,
-            lora_params_m=n_lora / 1e6,
-            lora_export_s=export_t,
-            lora_update_s=lora_update_t,
-            lora_train_mfu_x3=train_flops / lora_update_t / H200_PEAK_BF16,
-        )
-        print(f"LoRA r{args.lora_rank}: {engine.num_lora_modules} modules, {n_lora / 1e6:.1f} M params, "
-              f"export (bf16, to CPU) {export_t * 1e3:.1f} ms; update {lora_update_t:.3f} s "
-              f"(MFU counted x3 = {results['lora_train_mfu_x3']:.1%}; no base grads: high)")  # fmt: skip
-        del engine, transformer
-        reset_peak(device)
+        _guarded("lora", results, save, lambda: _lora_phase(preset, args, batch, device, results, train_flops))
 
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tag = f"{device.type}_{args.preset or ('qwen-width' if device.type == 'cuda' else 'tiny')}"
-    (out / f"bench_fsdp_engine_{tag}.json").write_text(json.dumps(results, indent=1))
-    print(f"results: {out / f'bench_fsdp_engine_{tag}.json'}")
+    save()
+    print(f"results: {json_path}")
     _chart(results, out / f"bench_fsdp_engine_{tag}.png")
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def _guarded(name, results, save, phase) -> None:
+    """Run a phase; an accelerator OOM is recorded in the results instead of losing the earlier figures."""
+    try:
+        phase()
+    except torch.cuda.OutOfMemoryError as e:
+        results[f"{name}_error"] = f"OutOfMemoryError: {str(e).splitlines()[0]}"
+        print(f"{name} phase: {results[f'{name}_error']}")
+    save()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _offload_phase(preset, args, batch, device, results) -> None:
+    transformer, adapter = build_model(preset, device)
+    engine = make_engine(transformer, adapter, preset, args, offload=True)
+    del transformer
+    reset_peak(device)  # the model was built on the GPU; measure the update with the params on the host
+    offload_t = timed(lambda: engine.update_policy(batch), device, 1, 1)
+    results.update(peak_gib_offload=peak_gib(device), update_s_offload=offload_t)
+    print(f"peak memory, param+optimizer offload: {results['peak_gib_offload']:.1f} GiB (update {offload_t:.2f} s)")
+
+
+def _lora_phase(preset, args, batch, device, results, train_flops) -> None:
+    transformer, adapter = build_model(preset, device)
+    engine = make_engine(transformer, adapter, preset, args, lora_rank=args.lora_rank)
+    del transformer
+    export_t = timed(lambda: engine.export_weights(dtype=torch.bfloat16), device, args.iters, 1)
+    n_lora = sum(t.numel() for t in engine.export_weights(dtype=torch.bfloat16).values())
+    reset_peak(device)
+    lora_update_t = timed(lambda: engine.update_policy(batch), device, args.iters, args.warmup)
+    results.update(
+        lora_rank=args.lora_rank,
+        lora_modules=engine.num_lora_modules,
+        lora_params_m=n_lora / 1e6,
+        lora_export_s=export_t,
+        lora_update_s=lora_update_t,
+        lora_train_mfu_x3=train_flops / lora_update_t / H200_PEAK_BF16,
+        peak_gib_lora=peak_gib(device),
+    )
+    print(f"LoRA r{args.lora_rank}: {engine.num_lora_modules} modules, {n_lora / 1e6:.1f} M params, "
+          f"export (bf16, to CPU) {export_t * 1e3:.1f} ms; update {lora_update_t:.3f} s "
+          f"(MFU counted x3 = {results['lora_train_mfu_x3']:.1%}; no base grads: high)")  # fmt: skip
 
 
 def _chart(results: dict, path: Path) -> None:
