@@ -112,3 +112,28 @@ def test_overrides_idempotent_and_accounted(flat: dict[str, str], prefixes: list
         assert key in out_keys or key in changed, f"{key} vanished"
         if key in out_keys and not is_head_key(key):
             assert key in found, f"{key} kept but not reported"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flat_configs(), st.booleans(), st.booleans())
+def test_scripts_stay_valid_and_match_translate_overrides(flat: dict[str, str], one_per_line: bool, tail: bool) -> None:
+    import shlex
+    import shutil
+    import subprocess
+
+    from verl_migrate import migrate_script_text
+    from verl_migrate.script import commands
+
+    words = [shlex.quote(f"{k}={v}") for k, v in flat.items()] + (['"$@"'] if tail else [])
+    sep = " \\\n    " if one_per_line else " "
+    text = "set -e\npython3 -m verl.trainer.main_flowgrpo" + "".join(sep + w for w in words) + "\necho done\n"
+    try:
+        out, _ = migrate_script_text(text, "run.sh")
+        expected = translate_overrides(commands(text, "run.sh")[0]).overrides
+    except ConflictError:
+        return
+    # same overrides; new ones may sit before `"$@"` / the last line in the script but last in the list
+    assert sorted(commands(out, "run.sh")[0]) == sorted(expected)
+    assert out.endswith("\necho done\n")
+    if shutil.which("bash"):
+        subprocess.run(["bash", "-n"], input=out, text=True, check=True)
