@@ -91,11 +91,17 @@ async def mount_openai_routes(app: Any, engine: Any, engine_args: dict[str, Any]
     """Mount vLLM's OpenAI-compatible app (`/v1/completions`, `/v1/chat/completions`, ...) under `/openai`.
 
     Uses `vllm.entrypoints.openai.api_server.build_app` and `init_app_state` with arguments parsed by
-    vLLM's own CLI parser (`make_arg_parser`), so the served routes are exactly vLLM's.
+    vLLM's own CLI parser (`make_arg_parser`, in `vllm.entrypoints.launchers.cli_args` from 0.30 and in
+    `vllm.entrypoints.openai.cli_args` before), so the served routes are exactly vLLM's. Checked against
+    the signatures of vLLM 0.30.0.
     """
     from vllm.entrypoints.openai.api_server import build_app, init_app_state
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    try:  # vLLM >= 0.30
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    except ImportError:  # older releases
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
 
     parser = make_arg_parser(FlexibleArgumentParser())
     args = parser.parse_args(["--model", engine_args["model"], "--served-model-name", served_name])

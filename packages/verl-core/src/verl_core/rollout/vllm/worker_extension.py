@@ -25,7 +25,8 @@ class VerlWorkerExtension:
         Raises:
             KeyError: a tensor name the model does not know (vLLM's `load_weights` raises it).
         """
-        model = self.model_runner.model
+        runner = self.model_runner
+        model = runner.get_model() if hasattr(runner, "get_model") else runner.model  # unwraps CUDA graphs
         model.load_weights(weights=[(name, t.to(self.device, non_blocking=True)) for name, t in weights])
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
