@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import torch
+from diffusers import QwenImagePipeline, StableDiffusion3Pipeline
 
 from verl_omni.pipelines import (
     DiffusionSamplingConfig,
@@ -92,11 +93,11 @@ def main() -> None:
     if args.model == "qwen_image":
         stock_kwargs |= {"true_cfg_scale": args.guidance, "negative_prompt": " ",
                          "max_sequence_length": args.max_sequence_length}  # fmt: skip
-        stock_call = type(pipe).__mro__[2].__call__  # QwenImagePipeline.__call__
+        stock_call = QwenImagePipeline.__call__
     else:
         stock_kwargs |= {"guidance_scale": args.guidance, "negative_prompt": "",
                          "max_sequence_length": args.max_sequence_length}  # fmt: skip
-        stock_call = type(pipe).__mro__[2].__call__  # StableDiffusion3Pipeline.__call__
+        stock_call = StableDiffusion3Pipeline.__call__
 
     def run_stock() -> None:
         stock_call(pipe, prompts, generator=make_generators(0, batch, args.device), **stock_kwargs)
