@@ -201,6 +201,11 @@ def test_engine_rejects_bad_engine_config(make_engine, actor, pattern):
         make_engine(actor=actor)
 
 
+def test_engine_rejects_unknown_block_prefix(make_engine):
+    with pytest.raises(ValueError, match=r"'blocks\.' names no submodule.*children are: .*transformer_blocks"):
+        make_engine(model={"fsdp_layer_prefixes": ["blocks."]})
+
+
 def test_engine_update_rejects_missing_keys_and_forward_only(make_engine, qwen_trajectory):
     engine = make_engine(actor=_actor(use_kl_loss=True))
     batch = _with_update_keys(qwen_trajectory, qwen_trajectory["log_probs"])

@@ -163,7 +163,14 @@ class DiffusersFSDPEngine:
         """Children of the module lists named by `prefixes` (e.g. `transformer_blocks.0`, `.1`, ...)."""
         found: list[nn.Module] = []
         for prefix in prefixes:
-            container = module.get_submodule(prefix.rstrip("."))
+            try:
+                container = module.get_submodule(prefix.rstrip("."))
+            except AttributeError as e:
+                children = ", ".join(name for name, _ in module.named_children())
+                raise ValueError(
+                    f"actor_rollout_ref.model.fsdp_layer_prefixes: {prefix!r} names no submodule of "
+                    f"{type(module).__name__}; its children are: {children}"
+                ) from e
             found.extend(container.children())
         if not found:
             raise ValueError(
