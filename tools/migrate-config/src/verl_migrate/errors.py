@@ -28,3 +28,7 @@ class MigrationError(Exception):
 
 class ConflictError(MigrationError):
     """An old key and the new key it maps to are both present with different values."""
+
+
+class NotAMappingError(MigrationError):
+    """The YAML document's top level is a list or a scalar, not a config mapping."""

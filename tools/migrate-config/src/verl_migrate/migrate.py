@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from verl_migrate import engine, yaml_io
-from verl_migrate.errors import MigrationError
+from verl_migrate.errors import NotAMappingError
 from verl_migrate.overridedoc import OverrideDoc
 from verl_migrate.report import FileReport
 
@@ -37,7 +37,8 @@ def migrate_yaml_text(
     `package` (or a `# @package <path>` header) marks a config-group file whose keys live below that path.
 
     Raises:
-        MigrationError: invalid YAML, duplicate keys, a top level that is not a mapping, or conflicting keys.
+        MigrationError: invalid YAML, duplicate keys, conflicting keys (`ConflictError`), or a top level that is not
+            a mapping (`NotAMappingError`).
     """
     from verl_migrate.yamldoc import YamlDoc
 
@@ -48,7 +49,7 @@ def migrate_yaml_text(
         return text, report
     if not isinstance(data, dict):
         kind = "list" if isinstance(data, list) else type(data).__name__
-        raise MigrationError(
+        raise NotAMappingError(
             f"the top level is a {kind}, not a mapping; a verl config starts with keys such as `actor_rollout_ref:`",
             path=path,
             line=1,

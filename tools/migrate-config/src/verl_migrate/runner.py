@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from verl_migrate import files
-from verl_migrate.errors import MigrationError
+from verl_migrate.errors import MigrationError, NotAMappingError
 from verl_migrate.report import FileReport, reports_to_json
 
 EXIT_OK, EXIT_CHANGED, EXIT_INPUT = 0, 1, 2
@@ -76,8 +76,8 @@ class Runner:
             else:
                 try:
                     new, report = migrate_yaml_text(src, path, only=only, skip=skip, package=a.package)
-                except MigrationError as e:
-                    if not explicit and "not a mapping" in e.message:
+                except NotAMappingError:
+                    if not explicit:
                         self.reports.append(FileReport(path, skipped="top level is not a mapping (not a config)"))
                         return
                     raise
