@@ -105,3 +105,12 @@ def test_unknown_model_name_lists_registered(tiny_sd3_path, tmp_path):
     (folder / "model_index.json").write_text(json.dumps(index))
     with pytest.raises(KeyError, match=r"FluxPipeline.*registered: .*qwen_image.*sd3"):
         DiffusersRolloutEngine(folder)
+
+
+def test_sleep_and_wake_up_keep_results(engine):
+    first = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    engine.sleep()
+    assert next(engine.transformer.parameters()).device.type == "cpu"
+    engine.wake_up()
+    again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert torch.equal(first["latents"], again["latents"])
