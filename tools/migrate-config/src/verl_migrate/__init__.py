@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ConflictError",
     "MigrationError",
     "OverridesResult",
     "__version__",
@@ -23,6 +24,7 @@ _LAZY = {
     "migrate_script_text": "verl_migrate.migrate",
     "OverridesResult": "verl_migrate.migrate",
     "MigrationError": "verl_migrate.errors",
+    "ConflictError": "verl_migrate.errors",
 }
 
 
