@@ -7,6 +7,7 @@ vLLM symbol it relies on, so a change in vLLM breaks one place.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 __all__ = [
@@ -90,21 +91,25 @@ def lora_request(name: str, int_id: int, path: str) -> Any:
 async def mount_openai_routes(app: Any, engine: Any, engine_args: dict[str, Any], served_name: str) -> None:
     """Mount vLLM's OpenAI-compatible app (`/v1/completions`, `/v1/chat/completions`, ...) under `/openai`.
 
-    Uses `vllm.entrypoints.openai.api_server.build_app` and `init_app_state` with arguments parsed by
-    vLLM's own CLI parser (`make_arg_parser`, in `vllm.entrypoints.launchers.cli_args` from 0.30 and in
-    `vllm.entrypoints.openai.cli_args` before), so the served routes are exactly vLLM's. Checked against
-    the signatures of vLLM 0.30.0.
+    Uses vLLM's `build_app` and `init_app_state` with arguments parsed by vLLM's own CLI parser
+    (`make_arg_parser`): from `vllm.entrypoints.launchers.*` in 0.30, `vllm.entrypoints.openai.*` before.
+    So the served routes are exactly vLLM's. Signatures checked against vLLM 0.30.0.
     """
-    from vllm.entrypoints.openai.api_server import build_app, init_app_state
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    try:  # vLLM >= 0.30
+    try:  # vLLM >= 0.30 (the openai.api_server names still exist there, deprecated)
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+        from vllm.entrypoints.launchers.app import build_app
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
     except ImportError:  # older releases
+        from vllm.entrypoints.openai.api_server import build_app, init_app_state
         from vllm.entrypoints.openai.cli_args import make_arg_parser
 
     parser = make_arg_parser(FlexibleArgumentParser())
     args = parser.parse_args(["--model", engine_args["model"], "--served-model-name", served_name])
-    openai_app = build_app(args)
-    await init_app_state(engine, openai_app.state, args)
-    app.mount("/openai", openai_app)
+    extra: dict[str, Any] = {}
+    if "supported_tasks" in inspect.signature(build_app).parameters and hasattr(engine, "get_supported_tasks"):
+        extra["supported_tasks"] = await engine.get_supported_tasks()
+    openai_app = build_app(args, **extra)
+    await init_app_state(engine, openai_app.state, args, **extra)
+    app.mount("/openai", openai_app)  # a mounted app's lifespan does not run; vLLM's only starts stat loggers
