@@ -134,7 +134,7 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def quickstart(session: nox.Session) -> None:
     """Install verl-omni on its embedded default and run the quickstart (see README)."""
-    session.install(*CONSTRAINTS, "-e", "packages/verl-core", "-e", "packages/verl-omni")
+    session.install(*CONSTRAINTS, "-e", "packages/verl-core", "-e", "packages/verl-omni", "matplotlib", "tqdm")
     session.run("python", "examples/quickstart.py", *session.posargs)
 
 
