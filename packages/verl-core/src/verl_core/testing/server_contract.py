@@ -186,10 +186,11 @@ class ServerContractSuite:
         """New weights change the output; the version is reported."""
         before = http.post("/generate", json=backend.request).json()
         version = server.weight_version + 7
-
+        weights = backend.new_weights(1)
+        bucket = max(64, sum(t.numel() * t.element_size() for t in weights.values()) // 5)  # several buckets
         result = run(_with_client(server.address, lambda c: c.update_weights(
-            backend.new_weights(1), version=version, kind=backend.weight_kind,
-            peft_config=backend.peft_config, bucket_bytes=4096)))  # fmt: skip
+            weights, version=version, kind=backend.weight_kind,
+            peft_config=backend.peft_config, bucket_bytes=bucket)))  # fmt: skip
         assert result["weight_version"] == version and result["num_buckets"] > 1
         after = http.post("/generate", json=backend.request).json()
         assert after["weight_version"] == version
