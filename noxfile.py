@@ -7,6 +7,7 @@ project's machines carry; on a GPU machine the same pin resolves to the CUDA bui
 
 from __future__ import annotations
 
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -42,6 +43,20 @@ PYTHONS = sorted(
     {c.rsplit(" :: ", 1)[-1] for d in DIST_DIRS for c in _project(d)["classifiers"] if c.count("::") == 2} - {"3"}
 )
 SRC_PATHS = ":".join(str(ROOT / d / "src") for d in DIST_DIRS)
+
+
+# distribution name -> import name, where they differ
+_IMPORT_NAME = {"hydra-core": "hydra", "ruamel.yaml": "ruamel", "pillow": "PIL", "pyyaml": "yaml"}
+
+
+def _extra_modules(dist_dir: str) -> str:
+    """Comma-separated import names of everything a dist's optional extras install."""
+    names = set()
+    for reqs in _project(dist_dir).get("optional-dependencies", {}).values():
+        for req in reqs:
+            dist = re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].strip().lower()
+            names.add(_IMPORT_NAME.get(dist, dist.replace("-", "_")))
+    return ",".join(sorted(names))
 
 
 def _sibling_closure(name: str) -> list[str]:
@@ -112,7 +127,14 @@ def packaging(session: nox.Session) -> None:
         py = str(venv / "bin" / "python")
         wheels = [str(next((out / dep).glob("*.whl"))) for dep in _sibling_closure(name)]
         session.run(py, "-m", "pip", "install", "-q", *CONSTRAINTS, *wheels, external=True)
-        session.run(py, str(ROOT / ".ci" / "import_all.py"), *_import_names(DISTS[name]), external=True)
+        session.run(
+            py,
+            str(ROOT / ".ci" / "import_all.py"),
+            *_import_names(DISTS[name]),
+            "--optional",
+            _extra_modules(DISTS[name]),
+            external=True,
+        )
         session.run(py, "-m", "pip", "check", external=True)
 
 
