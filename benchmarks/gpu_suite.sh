@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# GPU checks and benchmarks in phases, for an H200 machine (run from the repository root):
+#   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
+# Phases: env, tests, sampling, core, engine, engine-compile, dist (needs 2 GPUs).
+# Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
+set -uo pipefail
+out=${OUT:-benchmarks/results}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 OUT="$out"
+status=0
+run() { # name, command...
+  local name=$1; shift
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  "$@" 2>&1 | tee "$out/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name: rc=$rc in $((SECONDS - t0)) s"
+  [ "$rc" -eq 0 ] || status=1
+}
+for phase in "$@"; do
+  case $phase in
+    env) run env python3 -c "import torch, diffusers, tensordict, transformers, peft; print(torch.__version__, torch.cuda.device_count(), torch.cuda.get_device_name(0), diffusers.__version__, tensordict.__version__, transformers.__version__, peft.__version__)" ;;
+    tests) run gpu-tests python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
+             packages/verl-core/tests packages/verl-omni/tests ;;
+    sampling) CUDA_VISIBLE_DEVICES=0 run bench-sampling-qwen python3 benchmarks/bench_logprob_pipeline.py \
+                --device cuda --preset mid --chart "$out/bench_logprob_pipeline.png" ;;
+    core) CUDA_VISIBLE_DEVICES=0 run bench-server python3 benchmarks/bench_rollout_server.py --device cuda
+          CUDA_VISIBLE_DEVICES=0 run bench-weight-sync python3 benchmarks/bench_weight_sync.py --device cuda ;;
+    engine) CUDA_VISIBLE_DEVICES=0 run bench-engine python3 benchmarks/bench_fsdp_engine.py --device cuda --out-dir "$out" ;;
+    engine-compile) CUDA_VISIBLE_DEVICES=0 run bench-engine-compile python3 benchmarks/bench_fsdp_engine.py \
+                      --device cuda --compile --skip-offload --lora-rank 0 --out-dir "$out/compile" ;;
+    dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
+            packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
+    *) echo "unknown phase $phase"; status=2 ;;
+  esac
+done
+exit $status
