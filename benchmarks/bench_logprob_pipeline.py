@@ -76,10 +76,10 @@ def main() -> None:
     size = args.size or (512 if cuda else 128)
     dtype = torch.bfloat16 if cuda else torch.float32
 
-    folder = tempfile.mkdtemp(prefix=f"bench_{args.model}_{args.preset}_")
-    build_tiny_pipeline(args.model, folder, preset=args.preset, seed=0, torch_dtype=dtype)
     cls = QwenImagePipelineWithLogProb if args.model == "qwen_image" else StableDiffusion3PipelineWithLogProb
-    pipe = cls.from_pretrained(folder, dtype=dtype).to(args.device)
+    with tempfile.TemporaryDirectory(prefix=f"bench_{args.model}_{args.preset}_") as folder:
+        build_tiny_pipeline(args.model, folder, preset=args.preset, seed=0, torch_dtype=dtype)
+        pipe = cls.from_pretrained(folder, dtype=dtype).to(args.device)
     pipe.set_progress_bar_config(disable=True)
     n_params = sum(p.numel() for p in pipe.transformer.parameters())
     prompts = (PROMPTS * ((batch + len(PROMPTS) - 1) // len(PROMPTS)))[:batch]
