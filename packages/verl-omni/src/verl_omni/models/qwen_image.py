@@ -93,8 +93,7 @@ class QwenImageAdapter(DiffusionModelBase):
         embeds, mask = self._encode(pipe, prompts, max_sequence_length, device)
         out["prompt_embeds"], out["prompt_embeds_mask"] = embeds, mask
         if do_cfg:
-            if negative_prompt is None:
-                raise ValueError("negative_prompt: Qwen-Image true CFG (guidance_scale > 1) needs a negative prompt")
+            negative_prompt = " " if negative_prompt is None else negative_prompt
             neg, neg_mask = self._encode(pipe, [negative_prompt] * len(prompts), max_sequence_length, device)
             out["negative_prompt_embeds"], out["negative_prompt_embeds_mask"] = neg, neg_mask
         return TensorDict(out, batch_size=[len(prompts)], device=device)

@@ -25,7 +25,8 @@ class DiffusionSamplingConfig(BaseConfig):
         sde_window_range (`list[int]`, *optional*): `[r0, r1]`, window start drawn from `{r0 .. r1-K}`;
             defaults to `[0, N-1]`.
         guidance_scale (`float`, defaults to 1.0): CFG weight (SD3 CFG / Qwen-Image true CFG); `<= 1` disables.
-        negative_prompt (`str`, defaults to `" "`): negative prompt used when guidance is on.
+        negative_prompt (`str`, *optional*): negative prompt used when guidance is on; None = the model's
+            default (`" "` for Qwen-Image as in its examples, `""` for SD3 as in FlowGRPO).
         max_sequence_length (`int`, defaults to 256): text tokens the prompt embeddings are padded to.
         seed (`int`, *optional*): row `r` of a call uses `torch.Generator().manual_seed(seed + r)`; when None
             the caller passes generators.
@@ -44,7 +45,7 @@ class DiffusionSamplingConfig(BaseConfig):
     sde_window_size: int = 0
     sde_window_range: list[int] | None = None
     guidance_scale: float = 1.0
-    negative_prompt: str = " "
+    negative_prompt: str | None = None
     max_sequence_length: int = 256
     seed: int | None = None
 
