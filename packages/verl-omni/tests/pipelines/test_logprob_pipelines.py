@@ -204,3 +204,20 @@ def test_wrong_latent_shape_names_latents(pipe):
 def test_sampling_config_rejects_bad_values(kwargs, key):
     with pytest.raises(ValueError, match=key):
         DiffusionSamplingConfig(num_inference_steps=10, **kwargs)
+
+
+def test_per_row_windows(pipe, tiny_sampling_config):
+    cfg = tiny_sampling_config.evolve(n=4, sde_window_size=1, sde_window_range=[0, 3], sde_window_per_row=True)
+    traj = pipe.generate_with_logprob(PROMPTS, cfg, make_generators(21, 8)).trajectory
+    starts = traj["step_indices"][:, 0]
+    assert len(set(starts.tolist())) > 1 and set(starts.tolist()) <= {0, 1, 2}
+    torch.testing.assert_close(traj["sigmas"], pipe.sde_scheduler.sigmas[traj["step_indices"]])
+    assert _max_diff_recompute(pipe, traj) <= 1e-5
+    assert _max_diff_recompute(pipe, traj, micro_batch=3) <= 1e-5
+    # before its own window every row followed the ODE (T11 per row)
+    ode = pipe.generate_with_logprob(PROMPTS, cfg.evolve(noise_level=0.0, sde_window_size=0, sde_window_range=None,
+                                     sde_window_per_row=False), make_generators(21, 8)).trajectory  # fmt: skip
+    for row, start in enumerate(starts.tolist()):
+        assert torch.equal(traj["latents"][row, 0], ode["latents"][row, start])
+    with pytest.raises(ValueError, match="sde_window_per_row"):
+        pipe.generate_with_logprob(PROMPTS, cfg, torch.Generator().manual_seed(0))

@@ -24,6 +24,8 @@ class DiffusionSamplingConfig(BaseConfig):
         sde_window_size (`int`, defaults to 0): K stochastic steps; 0 = all steps but the last.
         sde_window_range (`list[int]`, *optional*): `[r0, r1]`, window start drawn from `{r0 .. r1-K}`;
             defaults to `[0, N-1]`.
+        sde_window_per_row (`bool`, defaults to False): draw one window per row from that row's generator
+            (verl-omni behaviour) instead of one per call; needs per-row generators (`seed` or a list).
         guidance_scale (`float`, defaults to 1.0): CFG weight (SD3 CFG / Qwen-Image true CFG); `<= 1` disables.
         negative_prompt (`str`, *optional*): negative prompt used when guidance is on; None = the model's
             default (`" "` for Qwen-Image as in its examples, `""` for SD3 as in FlowGRPO).
@@ -44,6 +46,7 @@ class DiffusionSamplingConfig(BaseConfig):
     cps_logprob: str = "exact"
     sde_window_size: int = 0
     sde_window_range: list[int] | None = None
+    sde_window_per_row: bool = False
     guidance_scale: float = 1.0
     negative_prompt: str | None = None
     max_sequence_length: int = 256

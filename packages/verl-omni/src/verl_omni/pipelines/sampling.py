@@ -95,16 +95,26 @@ def sample_with_logprob(
     timesteps = scheduler.timesteps
     sigmas = scheduler.sigmas
 
-    # 4. Draw the SDE window
-    window_gen = generator[0] if isinstance(generator, list) else generator
-    start, end = draw_sde_window(steps, config.sde_window_size, config.sde_window_range, window_gen)
+    # 4. Draw the SDE window: one per call (from the first row's generator) or one per row
+    if config.sde_window_per_row:
+        if not isinstance(generator, list):
+            raise ValueError("sde_window_per_row: needs one generator per row (set seed or pass a generator list)")
+        windows = [draw_sde_window(steps, config.sde_window_size, config.sde_window_range, g) for g in generator]
+    else:
+        window_gen = generator[0] if isinstance(generator, list) else generator
+        windows = [draw_sde_window(steps, config.sde_window_size, config.sde_window_range, window_gen)] * batch
+    starts = [w[0] for w in windows]
+    k = windows[0][1] - windows[0][0]
+    window_latents = latents.new_empty(batch, k + 1, *latents.shape[1:])
+    window_log_probs = latents.new_zeros(batch, k)
 
     # 5. Denoising loop
-    stored, log_probs = [], []
     for i in range(steps):
-        stochastic = start <= i < end and config.noise_level > 0
-        if i == start:
-            stored.append(latents)
+        begins = [r for r in range(batch) if starts[r] == i]
+        if begins:
+            window_latents[begins, 0] = latents[begins]
+        inside = [r for r in range(batch) if starts[r] <= i < starts[r] + k]
+        stochastic = bool(inside) and config.noise_level > 0
         t = timesteps[i]
         v = adapter.velocity(
             transformer, latents, t.expand(batch), cond, guidance_scale=config.guidance_scale, height=height,
@@ -121,26 +131,35 @@ def sample_with_logprob(
             step_index=i,
             return_logprobs=stochastic,
         )
-        latents = out.prev_sample
-        if start <= i < end:
-            stored.append(latents)
-            log_probs.append(out.log_prob if stochastic else torch.zeros(batch, device=latents.device))
+        new_latents = out.prev_sample
+        if stochastic and len(inside) < batch:  # per-row windows: rows outside take the exact Euler step
+            euler = scheduler.step(v, t, latents, noise_level=0.0, step_index=i, return_logprobs=False).prev_sample
+            keep = torch.zeros(batch, dtype=torch.bool)
+            keep[inside] = True
+            new_latents = torch.where(_expand_rows(keep.to(latents.device), latents), new_latents, euler)
+        latents = new_latents
+        if inside:
+            pos = [i - starts[r] for r in inside]
+            window_latents[inside, [p + 1 for p in pos]] = latents[inside]
+            if stochastic:
+                window_log_probs[inside, pos] = out.log_prob[inside].to(window_log_probs.dtype)
 
     # 6. Decode
     images = adapter.decode(pipe, latents, height, width) if decode else torch.empty(0, dtype=torch.uint8)
     pipe.maybe_free_model_hooks()
 
     # 7. Trajectory
-    k = end - start
-    idx = torch.arange(start, end, device=latents.device)
-    rows = torch.arange(batch, device=latents.device)
+    dev = latents.device
+    idx = (torch.tensor(starts, dtype=torch.long)[:, None] + torch.arange(k)[None, :]).to(dev)
+    sig = sigmas.float().to(dev)
+    rows = torch.arange(batch, device=dev)
     traj = {
-        "latents": torch.stack(stored, dim=1) if stored else latents.new_zeros(batch, 0, *latents.shape[1:]),
-        "log_probs": torch.stack(log_probs, dim=1) if log_probs else latents.new_zeros(batch, 0),
-        "timesteps": timesteps[start:end].float().to(latents.device).expand(batch, k).clone(),
-        "step_indices": idx.expand(batch, k).clone(),
-        "sigmas": sigmas[start:end].float().to(latents.device).expand(batch, k).clone(),
-        "sigmas_next": sigmas[start + 1 : end + 1].float().to(latents.device).expand(batch, k).clone(),
+        "latents": window_latents,
+        "log_probs": window_log_probs,
+        "timesteps": timesteps.float().to(dev)[idx],
+        "step_indices": idx,
+        "sigmas": sig[idx],
+        "sigmas_next": sig[idx + 1],
         "noise_level": torch.full((batch,), float(config.noise_level), device=latents.device),
         "guidance_scale": torch.full((batch,), float(config.guidance_scale), device=latents.device),
         "num_inference_steps": torch.full((batch,), steps, dtype=torch.long, device=latents.device),
@@ -150,6 +169,11 @@ def sample_with_logprob(
     }
     if decode:
         traj["images"] = images
-    trajectory = TensorDict(traj, batch_size=[batch], device=latents.device)
-    trajectory.update(cond.to(latents.device))
+    trajectory = TensorDict(traj, batch_size=[batch], device=dev)
+    trajectory.update(cond.to(dev))
     return LogProbPipelineOutput(images=images, trajectory=trajectory)
+
+
+def _expand_rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Reshape a per-row mask `(B,)` to broadcast against `like` `(B, ...)`."""
+    return mask.reshape(mask.shape[0], *([1] * (like.dim() - 1)))
