@@ -20,7 +20,6 @@ from pathlib import Path
 
 import psutil
 import torch
-
 from bench_rollout_server import machine_name
 
 
@@ -89,7 +88,10 @@ def main() -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
-        shapes = {k: v.shape for k, v in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).state_dict().items()}
+        shapes = {
+            k: v.shape
+            for k, v in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).state_dict().items()
+        }
     state = {k: torch.full(s, float(i % 7) * 0.01) for i, (k, s) in enumerate(shapes.items())}
     total = sum(t.numel() * t.element_size() for t in state.values())
     largest = max(t.numel() * t.element_size() for t in state.values())
