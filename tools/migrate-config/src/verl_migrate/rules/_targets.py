@@ -1,7 +1,4 @@
-"""Class paths and key prefixes shared by the rule modules (not a rule module itself).
-
-Lass paths and key prefixes shared by the rule modules (not a rule module itself).
-"""
+"""Class paths and key prefixes shared by the rule modules (not a rule module itself)."""
 
 ARR = "actor_rollout_ref"
 ROLLOUT = f"{ARR}.rollout"

@@ -1,7 +1,4 @@
-"""Rule kinds (one small declarative class each) and the registry the rule modules add themselves to.
-
-Ule kinds (one small declarative class each) and the registry the rule modules add themselves to.
-"""
+"""Rule kinds (one small declarative class each) and the registry the rule modules add themselves to."""
 
 from __future__ import annotations
 
