@@ -47,6 +47,18 @@ def test_migrated_dump_validates_against_the_key_tree(capsys) -> None:
     assert validate.omni_config_dir() is None  # this project's verl-omni ships no Hydra config yet
 
 
+def test_group_file_keys_are_validated_below_their_package(tmp_path, capsys) -> None:
+    p = tmp_path / "rollout.yaml"
+    p.write_text("# @package actor_rollout_ref.rollout\nheight: 256\nbogus: 1\n")
+    assert main(["--validate", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "validate: actor_rollout_ref.rollout.bogus: verl-omni has no such key" in err
+    assert "pipeline.height" not in err  # the migrated key is checked as actor_rollout_ref.rollout.pipeline.height
+    q = tmp_path / "plain.yaml"
+    q.write_text("height: 256\n")
+    assert main(["--validate", "--package", "actor_rollout_ref.rollout", str(q)]) == 0
+
+
 def test_unknown_and_mistyped_keys_by_path(tmp_path, capsys) -> None:
     p = tmp_path / "t.yaml"
     p.write_text("actor_rollout_ref:\n  model:\n    lora_rnak: 8\n    lora_rank: eight\n  hybrid_engine: yes please\n")

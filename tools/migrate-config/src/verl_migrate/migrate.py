@@ -55,7 +55,7 @@ def migrate_yaml_text(
             line=1,
         )
     if package is None:
-        package = _package_header(text)
+        package = package_header(text)
     doc = YamlDoc(data, report, package=package or "")
     doc.indent = yaml_io.guess_style(text)["mapping"]
     engine.run(doc, engine.select_rules("yaml", only, skip))
@@ -66,7 +66,7 @@ def migrate_yaml_text(
     return (new if report.changed else text), report
 
 
-def _package_header(text: str) -> str | None:
+def package_header(text: str) -> str | None:
     """Return the package of a `# @package a.b` header (Hydra's `_global_` / `_group_` give None)."""
     for line in text.splitlines()[:20]:
         stripped = line.strip()

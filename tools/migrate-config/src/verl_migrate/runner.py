@@ -101,7 +101,10 @@ class Runner:
 
             n = sum(validate.validate_overrides(words, report) for words in commands(new, report.path))
         else:
-            n = validate.validate_yaml(yaml_io.load(new, report.path), report)
+            from verl_migrate.migrate import package_header
+
+            package = self.args.package or package_header(new)
+            n = validate.validate_yaml(yaml_io.load(new, report.path), report, package=package)
         for f in report.findings:
             if f.category == "error":
                 print(f"{report.path}: validate: {f.path}: {f.message}", file=sys.stderr)

@@ -80,11 +80,11 @@ def check_keys(items: list[tuple[str, Any, str]], report: FileReport) -> int:
     return len(report.findings) - before
 
 
-def validate_yaml(data: Any, report: FileReport) -> int:
-    """Validate a migrated YAML mapping; return the number of errors added to `report`."""
+def validate_yaml(data: Any, report: FileReport, *, package: str | None = None) -> int:
+    """Validate a migrated YAML mapping (a config-group file's keys live below `package`); return the error count."""
     from verl_migrate.yamldoc import YamlDoc
 
-    doc = YamlDoc(data, FileReport(report.path))
+    doc = YamlDoc(data, FileReport(report.path), package=package or "")
     folder = omni_config_dir()
     if folder is not None:
         return compose_yaml(folder, doc, report)
