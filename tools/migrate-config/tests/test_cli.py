@@ -288,6 +288,31 @@ def test_script_flag_and_sniffing(tmp_path, capsys) -> None:
     )
 
 
+def test_report_file_that_cannot_be_written(tmp_path, capsys) -> None:
+    path = _write(tmp_path, "old.yaml", OLD)
+    rep = str(tmp_path / "missing" / "r.json")
+    assert main(["--check", "--report", "json", "--report-file", rep, path]) == 2
+    assert f"{rep}: cannot write the report: No such file or directory" in capsys.readouterr().err
+
+
+def test_closed_stdout_exits_without_traceback(tmp_path) -> None:
+    path = _write(tmp_path, "old.yaml", OLD)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write, as with `... | head -0`
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "verl_migrate", "--diff", path],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr, res.stderr
+
+
 def test_console_script_and_module_entry(tmp_path) -> None:
     path = _write(tmp_path, "old.yaml", OLD)
     res = subprocess.run([sys.executable, "-m", "verl_migrate", "--check", path], capture_output=True, text=True)

@@ -75,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     from verl_migrate.runner import Runner
 
-    return Runner(args).run()
+    try:
+        return Runner(args).run()
+    except BrokenPipeError:  # the reader went away (`... | head`): no traceback, and no flush error at exit
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CHANGED
 
 
 if __name__ == "__main__":

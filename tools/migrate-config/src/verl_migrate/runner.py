@@ -156,8 +156,14 @@ class Runner:
             return
         body = reports_to_json(self.reports) if a.report == "json" else "\n".join(r.to_text() for r in self.reports)
         if a.report_file:
-            with open(a.report_file, "w", encoding="utf-8") as fh:
-                fh.write(body + "\n")
+            try:
+                with open(a.report_file, "w", encoding="utf-8") as fh:
+                    fh.write(body + "\n")
+            except OSError as e:
+                print(
+                    f"verl-migrate-config: {a.report_file}: cannot write the report: {e.strerror or e}", file=sys.stderr
+                )
+                self.status = max(self.status, EXIT_INPUT)
         else:
             print(body, file=sys.stderr)
 
