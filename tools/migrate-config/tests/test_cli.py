@@ -172,8 +172,12 @@ def test_several_inputs_need_a_mode(tmp_path, capsys) -> None:
         ("- a\n- b\n", r"bad\.yaml:1: the top level is a list, not a mapping"),
         ("just a string\n", r"the top level is a str, not a mapping"),
         ("a: 1\n---\nb: 2\n", r"bad\.yaml:2:1: invalid YAML: .*single document"),
+        (
+            "a:\n  b:\n    c: 1\n   d: 2\n",
+            r"bad\.yaml:4:4: invalid YAML: while parsing a block mapping \(from line 2\), expected <block end>",
+        ),
     ],
-    ids=["unclosed-flow", "tab-indent", "duplicate-key", "list-root", "scalar-root", "two-documents"],
+    ids=["unclosed-flow", "tab-indent", "duplicate-key", "list-root", "scalar-root", "two-documents", "bad-indent"],
 )
 def test_bad_yaml_exit_2_and_file_untouched(tmp_path, capsys, text, match) -> None:
     path = _write(tmp_path, "bad.yaml", text)

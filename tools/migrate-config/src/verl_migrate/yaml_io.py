@@ -65,9 +65,12 @@ def load(text: str, path: str) -> Any:
         return _yaml().load(text)
     except MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        problem = " ".join(str(x) for x in (e.context, e.problem) if x)
+        context = e.context
+        if context and e.context_mark is not None and mark is not None and e.context_mark.line != mark.line:
+            context = f"{context} (from line {e.context_mark.line + 1})"
+        problem = ", ".join(str(x) for x in (context, e.problem) if x)
         if type(e).__name__ == "DuplicateKeyError":
-            problem = f"duplicate key: {problem}; keep one of them"
+            problem = f"duplicate key {str(e.problem).removeprefix('found duplicate key ')}; keep one of them"
         line = mark.line + 1 if mark is not None else None
         col = mark.column + 1 if mark is not None else None
         raise MigrationError(f"invalid YAML: {problem}", path=path, line=line, column=col) from e
