@@ -221,3 +221,14 @@ def test_per_row_windows(pipe, tiny_sampling_config):
         assert torch.equal(traj["latents"][row, 0], ode["latents"][row, start])
     with pytest.raises(ValueError, match="sde_window_per_row"):
         pipe.generate_with_logprob(PROMPTS, cfg, torch.Generator().manual_seed(0))
+
+
+def test_score_step_refuses_deterministic_steps_and_mixed_noise_levels(tiny_qwen_image_pipe, tiny_sampling_config):
+    pipe = tiny_qwen_image_pipe
+    cfg = tiny_sampling_config.evolve(seed=0, n=1, noise_level=0.0, sde_window_size=1, sde_window_range=[0, 3])
+    ode = pipe.generate_with_logprob(PROMPTS, cfg).trajectory
+    with pytest.raises(ValueError, match=r"noise_level: window step 0 of the trajectory is deterministic"):
+        pipe.adapter.score_step(pipe.transformer, pipe.sde_scheduler, ode, 0)
+    noisy = pipe.generate_with_logprob(PROMPTS, cfg.evolve(noise_level=0.7)).trajectory
+    with pytest.raises(ValueError, match=r"trajectory\['noise_level'\]: rows differ"):
+        pipe.adapter.score_step(pipe.transformer, pipe.sde_scheduler, torch.cat([ode, noisy]), 0)

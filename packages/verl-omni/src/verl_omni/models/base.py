@@ -243,36 +243,44 @@ class DiffusionModelBase(abc.ABC):
             [`FlowMatchSDESchedulerOutput`] with `log_prob` `(B,)` float32.
 
         Raises:
-            ValueError: `j` outside the window, mixed resolutions / step counts in the batch, or a schedule that
-                does not match the stored sigmas.
+            ValueError: `j` outside the window, mixed resolutions / step counts / noise levels / guidance scales
+                in the batch, a schedule that does not match the stored sigmas, or a deterministic step (noise
+                level 0, or a cps step onto `σ' = 0`), which has no log-prob.
         """
         k = trajectory["log_probs"].shape[1]
         if not 0 <= j < k:
             raise ValueError(f"j: expected a window position in [0, {k - 1}], got {j}")
-        height, width, steps = (_uniform(trajectory, key) for key in ("height", "width", "num_inference_steps"))
-        a = float(trajectory["noise_level"][0]) if noise_level is None else float(noise_level)
-        w = float(trajectory["guidance_scale"][0]) if guidance_scale is None else float(guidance_scale)
+        height, width, steps = (int(_uniform(trajectory, key)) for key in ("height", "width", "num_inference_steps"))
+        a = _uniform(trajectory, "noise_level") if noise_level is None else float(noise_level)
+        w = _uniform(trajectory, "guidance_scale") if guidance_scale is None else float(guidance_scale)
         latents = trajectory["latents"]
         x, x_next = latents[:, j], latents[:, j + 1]
         idx = trajectory["step_indices"][:, j]
         timesteps = trajectory["timesteps"][:, j]
-        self.set_timesteps(scheduler, int(steps), int(height), int(width), device=x.device)
+        self.set_timesteps(scheduler, steps, height, width, device=x.device)
         sig = scheduler.sigmas.to(x.device)[idx.to(x.device)]
         if not torch.allclose(sig, trajectory["sigmas"][:, j].to(sig), atol=1e-6, rtol=0):
             raise ValueError("trajectory: stored sigmas differ from the rebuilt schedule (sampled with another config)")
         v = self.velocity(
-            transformer, x, timesteps, self.conditioning(trajectory), guidance_scale=w, height=int(height),
-            width=int(width), dtype=dtype,
+            transformer, x, timesteps, self.conditioning(trajectory), guidance_scale=w, height=height,
+            width=width, dtype=dtype,
         )  # fmt: skip
-        return scheduler.step(
+        out = scheduler.step(
             v, timesteps, x, noise_level=a, sde_type=sde_type, prev_sample=x_next, step_index=idx,
             cps_logprob=cps_logprob,
         )  # fmt: skip
+        if out.log_prob is None:
+            raise ValueError(
+                f"noise_level: window step {j} of the trajectory is deterministic (noise_level={a}, sde_type="
+                f"{sde_type!r}); it has no log-prob, sample with noise_level > 0 inside the SDE window"
+            )
+        return out
 
 
-def _uniform(trajectory: TensorDict, key: str) -> int:
+def _uniform(trajectory: TensorDict, key: str) -> float:
+    """The value of the per-row scalar `key`, which every row must share."""
     values = trajectory[key]
-    first = int(values[0])
+    first = values[0].item()
     if bool((values != first).any()):
         raise ValueError(f"trajectory[{key!r}]: rows differ ({values.tolist()}); score one {key} per batch")
     return first
