@@ -93,6 +93,27 @@ def test_in_place_interrupted_leaves_the_file_whole(tmp_path, monkeypatch) -> No
     assert os.listdir(tmp_path) == ["old.yaml"]
 
 
+def test_in_place_in_a_read_only_folder_names_the_folder(tmp_path, monkeypatch, capsys) -> None:
+    import errno
+    import tempfile
+
+    path = _write(tmp_path, "old.yaml", OLD)
+
+    def refused(*args, dir=None, **kwargs):  # what mkstemp raises in a folder without write permission
+        raise PermissionError(errno.EACCES, "Permission denied", os.path.join(dir, ".old.yaml.x.tmp"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)  # root ignores chmod, so the refusal is injected
+    assert main(["-i", path]) == 2
+    err = capsys.readouterr().err
+    folder = os.path.realpath(tmp_path)
+    assert (
+        f"old.yaml: cannot write: permission denied; -i writes a temp file next to the file, so the folder {folder}"
+        in err
+    )
+    assert "file left unchanged" in err
+    assert _read(path) == OLD and os.listdir(tmp_path) == ["old.yaml"]
+
+
 def test_diff(tmp_path, capsys) -> None:
     path = _write(tmp_path, "old.yaml", OLD)
     assert main(["--diff", path]) == 0

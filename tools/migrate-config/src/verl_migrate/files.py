@@ -76,8 +76,8 @@ def _broken(path: str) -> str:
         os.stat(path)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            return "symlink loop (the link resolves to itself)"
-    return "broken symlink"
+            return "symlink loop (following the link leads back to a link already followed); skipped"
+    return "broken symlink (its target does not exist); skipped"
 
 
 def _walk(folder: str, chain: list[str], found: list, errors: list, seen: set[str]) -> None:
@@ -93,7 +93,9 @@ def _walk(folder: str, chain: list[str], found: list, errors: list, seen: set[st
                 continue
             real = os.path.realpath(full)
             if real in chain:
-                errors.append(MigrationError(f"symlink loop: {full} points back to {real}; skipped", path=full))
+                errors.append(
+                    MigrationError(f"symlink loop: points back to the enclosing folder {real}; skipped", path=full)
+                )
                 continue
             if real in seen:
                 continue

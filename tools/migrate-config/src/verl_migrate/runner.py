@@ -131,7 +131,7 @@ class Runner:
                 try:
                     files.write_atomic(path, new, backup=not a.no_backup)
                 except OSError as e:
-                    self._fail(MigrationError(f"cannot write: {e.strerror or e}; file left unchanged", path=path), path)
+                    self._fail(MigrationError(f"cannot write: {_write_error(path, e)}; file left unchanged", path=path))
                     return
                 print(f"migrated {path}" + ("" if a.no_backup else f" (backup: {path}.bak)"), file=sys.stderr)
         elif a.output:
@@ -166,6 +166,18 @@ class Runner:
                 self.status = max(self.status, EXIT_INPUT)
         else:
             print(body, file=sys.stderr)
+
+
+def _write_error(path: str, e: OSError) -> str:
+    """Say why `-i` could not replace `path`: a permission problem names the folder or backup that refused."""
+    if not isinstance(e, PermissionError):
+        return str(e.strerror or e)
+    if e.filename and str(e.filename).endswith(".bak"):
+        return f"permission denied on the backup {e.filename} (or use --no-backup)"
+    import os
+
+    folder = os.path.dirname(os.path.realpath(path))
+    return f"permission denied; -i writes a temp file next to the file, so the folder {folder} must be writable"
 
 
 def _split(values: list[str]) -> list[str]:
