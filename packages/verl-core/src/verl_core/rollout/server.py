@@ -2,12 +2,12 @@
 
 Every server owns one event loop on a thread of its own; uvicorn and the engine run on it. The public
 lifecycle methods are coroutines that may be awaited from any loop (a Ray actor's, a test's
-`asyncio.run`): they hop onto the server loop. Subclasses implement only the `_engine_*` hooks.
+`asyncio.run`): they hop onto the server loop. Subclasses implement only the `_engine_*` hooks
+(`verl_core.rollout.engine_hooks.EngineHooks`).
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import enum
@@ -22,6 +22,7 @@ import torch
 from pydantic import ValidationError
 
 from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.engine_hooks import EngineHooks
 from verl_core.rollout.engine_thread import EngineThread
 from verl_core.rollout.errors import (
     BadRequestError,
@@ -34,14 +35,7 @@ from verl_core.rollout.errors import (
 from verl_core.rollout.metrics import ServerMetrics
 from verl_core.rollout.net import advertised_host, bind_socket, validation_message
 from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
-from verl_core.rollout.weights import (
-    TensorSpec,
-    WeightKind,
-    WeightPiece,
-    WeightUpdate,
-    iter_buckets,
-    named_tensors,
-)
+from verl_core.rollout.weights import TensorSpec, WeightKind, WeightPiece, WeightUpdate, iter_buckets, named_tensors
 
 __all__ = ["RolloutHttpServer", "ServerState"]
 
@@ -60,7 +54,7 @@ class ServerState(str, enum.Enum):
     STOPPED = "stopped"
 
 
-class RolloutHttpServer(abc.ABC):
+class RolloutHttpServer(EngineHooks):
     """Engine-agnostic rollout server: FastAPI app on uvicorn plus Python lifecycle methods.
 
     Lifecycle: `launch` → (`generate` | `abort` | `sleep` → `wake_up` | `update_weights`)* → `shutdown`.
@@ -68,7 +62,8 @@ class RolloutHttpServer(abc.ABC):
     `/wake_up`, `/update_weights` (framed byte stream, see `verl_core.rollout.weights`). Every engine call is
     bounded by a timeout from `RolloutConfig`; a hung engine surfaces as `EngineTimeoutError` (HTTP 504).
 
-    Subclasses implement the `_engine_*` hooks and may set `request_model` / `response_model`.
+    Subclasses implement the `_engine_*` hooks of `EngineHooks` (`verl_core.rollout.engine_hooks`) and may
+    set `request_model` / `response_model`.
 
     Args:
         config (`RolloutConfig`): backend, model, binding, timeouts and limits.
@@ -101,78 +96,6 @@ class RolloutHttpServer(abc.ABC):
         self._address: str | None = None
         self._assembling: dict[str, tuple[torch.Tensor, int]] = {}
         self.metrics = ServerMetrics()
-
-    # ---- engine hooks (subclasses implement these) ---------------------------------------------
-
-    @abc.abstractmethod
-    async def _engine_load(self) -> None:
-        """Build the engine and load the model (runs on the server loop)."""
-
-    @abc.abstractmethod
-    async def _engine_generate(self, request_id: str, request: GenerateRequest, params: Any) -> dict[str, Any]:
-        """Serve one request; return the response fields except `request_id` and `weight_version`."""
-
-    @abc.abstractmethod
-    async def _engine_abort(self, request_ids: list[str]) -> None:
-        """Ask the engine to stop these requests; their generates then finish with reason `"abort"`."""
-
-    @abc.abstractmethod
-    async def _engine_sleep(self, level: int) -> None:
-        """Free accelerator memory (1: keep weights in host memory, 2: drop them)."""
-
-    @abc.abstractmethod
-    async def _engine_wake_up(self, tags: list[str]) -> None:
-        """Restore what `_engine_sleep` freed, for the given tags (`"weights"`, `"kv_cache"`)."""
-
-    @abc.abstractmethod
-    async def _engine_begin_weights(self, update: WeightUpdate) -> None:
-        """Check the update's manifest (raise `WeightSyncError` naming a bad tensor) and prepare."""
-
-    @abc.abstractmethod
-    async def _engine_load_bucket(self, update: WeightUpdate, tensors: list[tuple[str, torch.Tensor]]) -> None:
-        """Apply one bucket; the tensors are views of a reused buffer, so clone what you keep."""
-
-    async def _engine_load_slice(self, update: WeightUpdate, name: str, start: int, chunk: torch.Tensor) -> None:
-        """Apply a flat element range of a tensor too large for one bucket.
-
-        The default assembles the whole tensor (memory: the largest tensor) and hands it to
-        `_engine_load_bucket`; engines that can write ranges in place override this.
-        """
-        spec = update.spec(name)
-        whole, filled = self._assembling.get(name, (None, 0))
-        if whole is None:
-            whole = torch.empty(spec.numel, dtype=chunk.dtype)
-        whole[start : start + chunk.numel()].copy_(chunk)
-        filled += chunk.numel()
-        if filled < spec.numel:
-            self._assembling[name] = (whole, filled)
-            return
-        self._assembling.pop(name, None)
-        await self._engine_load_bucket(update, [(name, whole.view(spec.shape))])
-
-    async def _engine_finish_weights(self, update: WeightUpdate) -> None:  # noqa: B027 - optional hook
-        """Commit the update after the last bucket (LoRA engines load the adapter here)."""
-
-    async def _engine_abort_weights(self, update: WeightUpdate) -> None:  # noqa: B027 - optional hook
-        """Drop a partly received update."""
-
-    async def _engine_shutdown(self) -> None:  # noqa: B027 - optional hook
-        """Release the engine."""
-
-    def _validate_sampling_params(self, params: dict[str, Any]) -> Any:
-        """Return the backend's sampling parameters for a request, raising `BadRequestError` naming the key."""
-        return params
-
-    def _engine_metrics(self) -> dict[str, Any]:
-        """Backend-specific metrics merged into `/metrics`."""
-        return {}
-
-    async def _add_routes(self, app: Any) -> None:  # noqa: B027 - optional hook
-        """Add backend routes (e.g. OpenAI-compatible ones) to the FastAPI app (runs on the server loop)."""
-
-    def _default_sleep_level(self) -> int:
-        """Sleep level used when `sleep()` is called without one."""
-        return self.config.sleep_level
 
     # ---- properties ------------------------------------------------------------------------------
 
