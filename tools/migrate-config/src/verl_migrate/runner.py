@@ -6,10 +6,9 @@ import sys
 from typing import Any
 
 from verl_migrate import files
+from verl_migrate.cli import EXIT_CHANGED, EXIT_INPUT, EXIT_OK
 from verl_migrate.errors import MigrationError, NotAMappingError
 from verl_migrate.report import FileReport, reports_to_json
-
-EXIT_OK, EXIT_CHANGED, EXIT_INPUT = 0, 1, 2
 
 
 class Runner:
@@ -18,6 +17,7 @@ class Runner:
     def __init__(self, args: Any):
         """Keep the parsed arguments."""
         self.args = args
+        self.only, self.skip = _split(args.only), _split(args.skip)
         self.reports: list[FileReport] = []
         self.status = EXIT_OK
 
@@ -35,7 +35,7 @@ class Runner:
         try:
             from verl_migrate.engine import select_rules
 
-            select_rules("yaml", a.only and _split(a.only), a.skip and _split(a.skip))
+            select_rules("yaml", self.only, self.skip)
             if a.validate:
                 from verl_migrate.validate import require_verl_omni
 
@@ -70,12 +70,11 @@ class Runner:
             crlf = "\r\n" in text
             src = text.replace("\r\n", "\n") if crlf else text
             kind = files.kind_of(path, src, "script" if a.script else None)
-            only, skip = _split(a.only), _split(a.skip)
             if kind == "script":
-                new, report = migrate_script_text(src, path, only=only, skip=skip)
+                new, report = migrate_script_text(src, path, only=self.only, skip=self.skip)
             else:
                 try:
-                    new, report = migrate_yaml_text(src, path, only=only, skip=skip, package=a.package)
+                    new, report = migrate_yaml_text(src, path, only=self.only, skip=self.skip, package=a.package)
                 except NotAMappingError:
                     if not explicit:
                         self.reports.append(FileReport(path, skipped="top level is not a mapping (not a config)"))
