@@ -50,8 +50,10 @@ def median_wall(argv: list[str], runs: int) -> tuple[float, float]:
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        res = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False, timeout=60)
         walls.append(time.perf_counter() - t)
+        if res.returncode not in (0, 1):  # 1 is `--check` finding work; anything else would time a failure
+            raise SystemExit(f"{' '.join(argv)} exited {res.returncode}: {res.stderr.decode(errors='replace')[-500:]}")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return statistics.median(walls), statistics.median(cpus)
