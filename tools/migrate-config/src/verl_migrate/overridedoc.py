@@ -40,13 +40,7 @@ class Override:
     @property
     def is_config(self) -> bool:
         """Return whether this override sets or deletes a config value (not a group, not `hydra.*`)."""
-        key = self.key
-        if key is None:
-            return False
-        if key is not self.__dict__.get("_cfg_key"):  # cached per key spelling; rules rename keys
-            self.__dict__["_cfg_key"] = key
-            self.__dict__["_cfg"] = not self.is_group and not key.startswith("hydra.")
-        return self.__dict__["_cfg"]
+        return self.key is not None and not self.is_group and not self.key.startswith("hydra.")
 
     @property
     def live(self) -> bool:
