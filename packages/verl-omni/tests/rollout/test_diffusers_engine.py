@@ -114,3 +114,19 @@ def test_sleep_and_wake_up_keep_results(engine):
     engine.wake_up()
     again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
     assert torch.equal(first["latents"], again["latents"])
+
+
+def test_full_weights_reach_the_base_layers_under_a_lora_adapter(model, engine, tmp_path):
+    from verl_omni.testing import build_tiny_pipeline
+
+    engine.update_weights({}, lora_config=LORA)  # gaussian init: lora_B = 0, the adapter is a no-op
+    wrapped = [n for n, _ in engine.transformer.named_parameters() if ".base_layer." in n]
+    assert wrapped
+    other = TRANSFORMER_CLS[model].from_pretrained(
+        build_tiny_pipeline(model, tmp_path / "o", seed=7), subfolder="transformer"
+    )
+    traj = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert engine.update_weights(other.state_dict()) == len(other.state_dict())
+    torch.testing.assert_close(
+        _velocity(engine, engine.transformer, traj), _velocity(engine, other, traj), atol=1e-6, rtol=0
+    )

@@ -144,22 +144,16 @@ class DiffusersRolloutEngine:
             raise ValueError(message)
 
     def _param_index(self, adapter_name: str, *, lora: bool) -> dict[str, torch.Tensor]:
-        index: dict[str, torch.Tensor] = {}
-        if not lora:  # persistent buffers (e.g. SD3's pos_embed) are part of a full state dict
-            index.update(self.transformer.state_dict(keep_vars=True))
-            index = {k: v for k, v in index.items() if ".lora_" not in k}
-            index.update({k.replace(".base_layer.", "."): v for k, v in index.items() if ".base_layer." in k})
-        for name, param in self.transformer.named_parameters():
-            is_lora = ".lora_" in name
-            if is_lora != lora:
-                if not lora and ".base_layer." in name:
-                    index[name.replace(".base_layer.", ".")] = param
-                continue
-            if lora:
-                if f".{adapter_name}." not in name:
-                    continue
-                name = name.replace(f".{adapter_name}.", ".")
-            index[name] = param
+        """Name -> tensor to load into: the adapter's LoRA weights (adapter name removed), or the full state."""
+        if lora:
+            tag = f".{adapter_name}."
+            return {
+                n.replace(tag, "."): p for n, p in self.transformer.named_parameters() if ".lora_" in n and tag in n
+            }
+        # persistent buffers (e.g. SD3's pos_embed) are part of a full state dict; peft-wrapped base weights are
+        # also reachable by their plain name (`to_q.weight` for `to_q.base_layer.weight`)
+        index = {k: v for k, v in self.transformer.state_dict(keep_vars=True).items() if ".lora_" not in k}
+        index.update({k.replace(".base_layer.", "."): v for k, v in index.items() if ".base_layer." in k})
         return index
 
     # ---- memory -----------------------------------------------------------------------------------
