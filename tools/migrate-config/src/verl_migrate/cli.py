@@ -1,7 +1,8 @@
 """Command line of `verl-migrate-config` (argparse only at start-up; the migration modules load on demand).
 
 Exit codes: 0 nothing to do or done; 1 `--check` found a file that would change, or `--validate` found errors;
-2 input errors (invalid YAML, unreadable/binary/non-UTF-8 files, conflicting keys, symlink loops, bad options).
+2 input errors (invalid YAML, unreadable/binary/non-UTF-8 files, conflicting keys, symlink loops, bad options,
+outputs that cannot be written).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ exit codes:
   0  nothing to do, or done
   1  --check: at least one file would change; --validate: errors found
   2  input error: invalid YAML (file:line:column), root not a mapping, duplicate keys, binary,
-     non-UTF-8 or unreadable file, symlink loop, old and new key both set, unknown rule id
+     non-UTF-8 or unreadable file, symlink loop, output/backup/report file not writable,
+     old and new key both set, unknown rule id
 
 examples:
   verl-migrate-config old.yaml > new.yaml
