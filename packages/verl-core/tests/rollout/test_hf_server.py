@@ -192,3 +192,10 @@ def test_hf_capacity_and_duplicate_ids(tiny_llm_path):
     finally:
         release.set()
         run(server.shutdown())
+
+
+@pytest.mark.parametrize("level", [0, 3])
+def test_hf_sleep_rejects_a_bad_level_naming_it(server, level):
+    with pytest.raises(BadRequestError, match=f"sleep level must be 1 or 2, got {level}") as info:
+        run(server.sleep(level))
+    assert info.value.field == "level" and server.state.value == "ready"

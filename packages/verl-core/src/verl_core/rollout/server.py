@@ -157,7 +157,7 @@ class RolloutHttpServer(EngineHooks):
 
     async def sleep(self, level: int | None = None) -> ServerState:
         """Free accelerator memory after in-flight requests drain (`level` defaults to `rollout.sleep_level`)."""
-        return await self._on_loop(self._sleep_impl(level or self._default_sleep_level()))
+        return await self._on_loop(self._sleep_impl(self._default_sleep_level() if level is None else level))
 
     async def wake_up(self, tags: list[str] | None = None) -> ServerState:
         """Restore what `sleep` freed; `tags` restores only `"weights"` or `"kv_cache"`."""
