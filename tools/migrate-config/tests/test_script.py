@@ -94,6 +94,12 @@ def test_unterminated_quote_is_an_input_error() -> None:
         migrate_script_text('python3 -m verl.trainer.main_flowgrpo trainer.x="abc\n', "run.sh")
 
 
+def test_unterminated_substitution_names_the_line_it_opens() -> None:
+    text = "python3 -m verl.trainer.main_flowgrpo trainer.experiment_name=$(date \\\n  +%s\n"
+    with pytest.raises(MigrationError, match=r"run\.sh:1: unterminated `\$\(` \(no matching `\)`\)"):
+        migrate_script_text(text, "run.sh")
+
+
 def test_interpreter_paths_and_flags() -> None:
     for head in ("/usr/bin/python3", "${VENV}/bin/python", "python3.11 -u", "nohup python3"):
         out = _m(f"{head} -m verl.trainer.main_flowgrpo actor_rollout_ref.rollout.width=64{TAIL}\n")

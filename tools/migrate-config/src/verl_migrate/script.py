@@ -31,6 +31,7 @@ class Word:
 
 
 def _skip_balanced(text: str, j: int, open_: str, close: str, path: str) -> int:
+    start = j
     depth = 0
     n = len(text)
     while j < n:
@@ -48,7 +49,9 @@ def _skip_balanced(text: str, j: int, open_: str, close: str, path: str) -> int:
             if depth == 0:
                 return j + 1
         j += 1
-    raise MigrationError(f"unterminated `{open_}`", path=path, line=text.count("\n", 0, j) + 1)
+    raise MigrationError(
+        f"unterminated `${open_}` (no matching `{close}`)", path=path, line=text.count("\n", 0, start) + 1
+    )
 
 
 def _closing_quote(text: str, j: int, q: str, path: str) -> int:
