@@ -304,6 +304,15 @@ def test_crlf_line_endings_kept(tmp_path, capsys) -> None:
     assert b"pipeline:\r\n" in data and b"\n" not in data.replace(b"\r\n", b"")
 
 
+def test_mixed_line_endings_with_nothing_to_migrate_are_untouched(tmp_path, capsys) -> None:
+    raw = b"trainer:\r\n  nnodes: 1\n  total_epochs: 2\r\n"
+    path = _write(tmp_path, "mixed.yaml", raw)
+    assert main(["--check", path]) == 0
+    assert main(["-i", "--no-backup", path]) == 0
+    with open(path, "rb") as fh:
+        assert fh.read() == raw
+
+
 def test_script_flag_and_sniffing(tmp_path, capsys) -> None:
     path = _write(tmp_path, "launch", "python3 -m verl.trainer.main_flowgrpo algorithm.adv_estimator=flow_grpo\n")
     assert main([path]) == 0

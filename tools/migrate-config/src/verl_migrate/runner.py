@@ -80,7 +80,9 @@ class Runner:
                         self.reports.append(FileReport(path, skipped="top level is not a mapping (not a config)"))
                         return
                     raise
-            if crlf:
+            if new == src:  # nothing to migrate: keep the bytes, mixed line endings included
+                new = text
+            elif crlf:
                 new = new.replace("\n", "\r\n")
             changed = new != text
             report.changed = changed
