@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 
 from verl_core.config import RolloutConfig
 from verl_core.rollout.client import RolloutClient
@@ -53,3 +54,25 @@ def test_router_balances_broadcasts_and_reports_dead_rank(tiny_llm_path):
 def test_router_needs_clients():
     with pytest.raises(ValueError, match="at least one"):
         RolloutRouter([])
+
+
+def test_replica_update_weights_uses_the_configured_bucket_size(tiny_llm_path):
+    from verl_core.rollout.replica import RolloutReplica
+
+    config = RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu", update_weights_bucket_bytes=64)
+    server = HFHttpServer(config)
+    run(server.launch())
+    replica = RolloutReplica(config)
+    replica.router = RolloutRouter([RolloutClient(server.address, rank=0, timeout_s=30)])
+
+    async def scenario():
+        try:
+            return await replica.update_weights({"model.norm.weight": torch.ones(32)}, version=2)
+        finally:
+            await replica.router.aclose()
+
+    try:
+        synced = run(scenario())
+    finally:
+        run(server.shutdown())
+    assert synced[0]["weight_version"] == 2 and synced[0]["num_buckets"] == 2  # 128 bytes in 64-byte buckets

@@ -99,7 +99,7 @@ class RolloutConfig(BaseConfig):
         launch_timeout_s (`float`, *optional*, defaults to `600.0`): longest engine start-up may take.
         max_request_bytes (`int`, *optional*, defaults to 1 MiB): largest JSON request body.
         max_bucket_bytes (`int`, *optional*, defaults to 2 GiB): largest weight bucket the server accepts.
-        update_weights_bucket_bytes (`int`, *optional*, defaults to 256 MiB): bucket size senders use.
+        update_weights_bucket_bytes (`int`, *optional*, defaults to 256 MiB): bucket size senders use (>= 64).
         max_prompt_len (`int`, *optional*, defaults to `8192`): longest prompt in tokens.
         max_concurrent_requests (`int`, *optional*, defaults to `1024`): generates in flight before 503.
         sleep_level (`int`, *optional*, defaults to `1`): 1 keeps weights in host memory, 2 drops them.
@@ -151,12 +151,12 @@ class RolloutConfig(BaseConfig):
         self._require("port", 0 <= self.port <= 65535, "int in [0, 65535] (0 picks a free port)")
         for key in ("request_timeout_s", "lifecycle_timeout_s", "weight_sync_timeout_s", "launch_timeout_s"):
             self._require(key, getattr(self, key) > 0, "a timeout in seconds > 0")
-        for key in ("max_request_bytes", "max_bucket_bytes", "update_weights_bucket_bytes", "max_prompt_len"):
+        for key in ("max_request_bytes", "max_bucket_bytes", "max_prompt_len"):
             self._require(key, getattr(self, key) >= 1, "int >= 1")
         self._require(
             "update_weights_bucket_bytes",
-            self.update_weights_bucket_bytes <= self.max_bucket_bytes,
-            f"at most max_bucket_bytes ({self.max_bucket_bytes})",
+            64 <= self.update_weights_bucket_bytes <= self.max_bucket_bytes,
+            f"int in [64, max_bucket_bytes ({self.max_bucket_bytes})]",
         )
         self._require("max_concurrent_requests", self.max_concurrent_requests >= 1, "int >= 1")
         self._require("sleep_level", self.sleep_level in (1, 2), "1 (keep weights in host memory) or 2 (drop them)")

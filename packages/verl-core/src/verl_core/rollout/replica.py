@@ -193,8 +193,12 @@ class RolloutReplica:
     async def update_weights(
         self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], **kwargs: Any
     ) -> dict[int, Any]:
-        """Stream the same weights to every live server (keyword arguments as `RolloutClient.update_weights`)."""
+        """Stream the same weights to every live server (keyword arguments as `RolloutClient.update_weights`).
+
+        `bucket_bytes` defaults to `rollout.update_weights_bucket_bytes`.
+        """
         items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+        kwargs.setdefault("bucket_bytes", self.config.update_weights_bucket_bytes)
         return await self._router().broadcast("update_weights", items, **kwargs)
 
     async def shutdown(self) -> None:
