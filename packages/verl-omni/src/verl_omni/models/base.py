@@ -14,7 +14,15 @@ from tensordict import TensorDict
 
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler, FlowMatchSDESchedulerOutput
 
-__all__ = ["DiffusionModelBase", "adapter_for_folder", "get_class", "register", "registered_names"]
+__all__ = [
+    "DiffusionModelBase",
+    "adapter_for_folder",
+    "calculate_shift",
+    "get_class",
+    "register",
+    "registered_names",
+    "to_uint8",
+]
 
 _REGISTRY: dict[str, type[DiffusionModelBase]] = {}
 _IMPORTED_EXTERNAL: set[str] = set()
@@ -73,6 +81,17 @@ def adapter_for_folder(path: str | pathlib.Path, external_lib: str | None = None
     """Build the adapter for a diffusers pipeline folder from its `model_index.json` `_class_name`."""
     index = json.loads((pathlib.Path(path) / "model_index.json").read_text())
     return get_class(index["_class_name"], external_lib).from_pretrained(path)
+
+
+def calculate_shift(seq_len: int, base_len: int, max_len: int, base_shift: float, max_shift: float) -> float:
+    """Resolution-dependent shift `μ`, linear in the number of latent tokens (as the stock pipeline)."""
+    m = (max_shift - base_shift) / (max_len - base_len)
+    return seq_len * m + (base_shift - m * base_len)
+
+
+def to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """Float images in [0, 1] `(B, 3, H, W)` to uint8 (round half to even, clamp)."""
+    return (images.float() * 255).round().clamp(0, 255).to(torch.uint8)
 
 
 def _read_json(path: pathlib.Path) -> dict[str, Any]:

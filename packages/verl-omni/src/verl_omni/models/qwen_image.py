@@ -8,15 +8,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from verl_omni.models.base import DiffusionModelBase, register
+from verl_omni.models.base import DiffusionModelBase, calculate_shift, register, to_uint8
 
 __all__ = ["QwenImageAdapter"]
-
-
-def _calculate_shift(seq_len: int, base_len: int, max_len: int, base_shift: float, max_shift: float) -> float:
-    """Resolution-dependent shift `μ`, linear in the number of latent tokens (as the stock pipeline)."""
-    m = (max_shift - base_shift) / (max_len - base_len)
-    return seq_len * m + (base_shift - m * base_len)
 
 
 @register("qwen_image")
@@ -68,7 +62,7 @@ class QwenImageAdapter(DiffusionModelBase):
         """Sigmas `linspace(1, 1/N, N)` with the dynamic shift of the stock `QwenImagePipeline`."""
         gh, gw = self._grid(height, width)
         cfg = scheduler.config
-        mu = _calculate_shift(
+        mu = calculate_shift(
             gh * gw,
             cfg.get("base_image_seq_len", 256),
             cfg.get("max_image_seq_len", 4096),
@@ -167,7 +161,7 @@ class QwenImageAdapter(DiffusionModelBase):
         inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(x.device, x.dtype)
         x = x / inv_std + mean
         image = vae.decode(x, return_dict=False)[0][:, :, 0]
-        return _to_uint8(pipe.image_processor.postprocess(image, output_type="pt"))
+        return to_uint8(pipe.image_processor.postprocess(image, output_type="pt"))
 
 
 def _trim_padding(embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -181,8 +175,3 @@ def _trim_padding(embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tenso
     length = int(used.max()) + 1 if used.numel() else 1
     embeds, valid = embeds[:, :length], valid[:, :length]
     return embeds, (None if bool(valid.all()) else mask[:, :length])
-
-
-def _to_uint8(images: torch.Tensor) -> torch.Tensor:
-    """Float images in [0, 1] `(B, 3, H, W)` to uint8 (round half to even, clamp)."""
-    return (images.float() * 255).round().clamp(0, 255).to(torch.uint8)

@@ -7,8 +7,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from verl_omni.models.base import DiffusionModelBase, register
-from verl_omni.models.qwen_image import _calculate_shift, _to_uint8
+from verl_omni.models.base import DiffusionModelBase, calculate_shift, register, to_uint8
 
 __all__ = ["SD3Adapter"]
 
@@ -47,7 +46,7 @@ class SD3Adapter(DiffusionModelBase):
         if cfg.get("use_dynamic_shifting", False):
             patch = int(self.transformer_config.get("patch_size", 2))
             _, h, w = self.latent_shape(height, width)
-            mu = _calculate_shift(
+            mu = calculate_shift(
                 (h // patch) * (w // patch),
                 cfg.get("base_image_seq_len", 256),
                 cfg.get("max_image_seq_len", 4096),
@@ -131,4 +130,4 @@ class SD3Adapter(DiffusionModelBase):
         vae = pipe.vae
         x = latents.to(vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
         image = vae.decode(x, return_dict=False)[0]
-        return _to_uint8(pipe.image_processor.postprocess(image, output_type="pt"))
+        return to_uint8(pipe.image_processor.postprocess(image, output_type="pt"))
