@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from verl_core.rollout.errors import RolloutError
+from verl_core.rollout.errors import RolloutError, WeightSyncError
 from verl_core.rollout.net import parse_json, read_body
 from verl_core.rollout.protocol import AbortRequest, AbortResponse, SleepRequest, StateResponse, WakeUpRequest
 from verl_core.rollout.weights import WeightStreamReader
@@ -69,14 +71,23 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
     async def update_weights(request: Request) -> Response:
         chunks = request.stream().__aiter__()
         reader = WeightStreamReader(chunks, max_bucket_bytes=server.config.max_bucket_bytes)
+        wait = server.config.weight_sync_timeout_s  # a stalled sender must not hold the handler forever
         try:
-            update = await reader.begin()
+            try:
+                update = await asyncio.wait_for(reader.begin(), wait)
+            except asyncio.TimeoutError:
+                message = f"no complete begin frame within {wait:g} s (rollout.weight_sync_timeout_s)"
+                raise WeightSyncError(message, field="stream") from None
             out = await server._apply_update(update, reader.buckets(update))
         except RolloutError:
             with contextlib.suppress(Exception):  # drain the upload so the client reads our 4xx, not a reset
-                async for _ in chunks:
-                    pass
+                await asyncio.wait_for(_drain(chunks), wait)
             raise
         return Response(out.model_dump_json(), media_type="application/json")
 
     return app
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    async for _ in chunks:
+        pass
