@@ -269,6 +269,19 @@ def test_equal_old_and_new_keys_merge(tmp_path, capsys) -> None:
     assert capsys.readouterr().out == "actor_rollout_ref:\n  rollout:\n    pipeline:\n      height: 256\n"
 
 
+def test_key_in_an_aliased_mapping_that_must_move_is_refused(tmp_path, capsys) -> None:
+    text = (
+        "actor_rollout_ref:\n  rollout:\n    extra_configs: &ec\n      noise_level: 1.2\n"
+        "    val_kwargs:\n      extra_configs: *ec\n"
+    )
+    path = _write(tmp_path, "a.yaml", text)
+    assert main(["-i", path]) == 2
+    assert "a.yaml:3: key `noise_level` has to move, but it sits in `&ec`, which is also used through an alias" in (
+        capsys.readouterr().err
+    )
+    assert _read(path) == text and os.listdir(tmp_path) == ["a.yaml"]
+
+
 def test_yaml_merge_key_that_must_move_is_refused(tmp_path, capsys) -> None:
     text = "size: &s\n  height: 256\nactor_rollout_ref:\n  rollout:\n    <<: *s\n    n: 2\n"
     path = _write(tmp_path, "m.yaml", text)

@@ -100,6 +100,7 @@ class YamlDoc(Doc):
             node[last] = root
             root = outer
         self.root = root
+        self._shared = _shared_containers(root)
         self._created: dict[str, str] = {}
         self._pending_trailing: list[tuple[Any, str]] = []
         self.full_dump = any(
@@ -201,6 +202,16 @@ class YamlDoc(Doc):
         return None
 
     def _check_own(self, parent: CommentedMap, key: str) -> None:
+        if id(parent) in self._shared:
+            anchor = parent.anchor.value if getattr(parent, "anchor", None) is not None else None
+            name = f"`&{anchor}`" if anchor else "an anchored mapping"
+            raise MigrationError(
+                f"key `{key}` has to move, but it sits in {name}, which is also used through an alias elsewhere; "
+                "moving it would change every place that uses the alias. Write the mapping out where it is used "
+                "instead of aliasing it, then run again",
+                path=self.report.path,
+                line=self.line_of_map(parent),
+            )
         own = getattr(parent, "_ok", None)
         if own is not None and key not in own:
             raise MigrationError(
@@ -473,6 +484,25 @@ class YamlDoc(Doc):
         """Remove a defaults entry (later handles are re-read by the caller)."""
         seq, i = entry.handle
         del seq[i]
+
+
+def _shared_containers(root: Any) -> set[int]:
+    """Return the ids of mappings and sequences reached more than once (an anchor used through aliases)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+
+    def walk(node: Any) -> None:
+        if not isinstance(node, (dict, list)):
+            return
+        if id(node) in seen:
+            shared.add(id(node))
+            return
+        seen.add(id(node))
+        for child in node.values() if isinstance(node, dict) else node:
+            walk(child)
+
+    walk(root)
+    return shared
 
 
 def old_default_text(path: str) -> str | None:
