@@ -2,6 +2,8 @@
 
 import textwrap
 
+import pytest
+
 from verl_migrate import migrate_yaml_text
 
 
@@ -115,6 +117,25 @@ def test_anchors_and_aliases_survive() -> None:
     )
     assert "side: &side 256" in out and "height: *side" in out and "width: *side" in out
     assert "lora_rank: &rank 16" in out and "lora_alpha: *rank" in out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ruamel.yaml stores the end-of-line comment of an alias value as a comment before the next key; "
+    "moving keys does not carry it along yet",
+)
+def test_end_of_line_comments_after_aliases_survive_a_move() -> None:
+    out = _m(
+        """\
+        common: &size 256
+        actor_rollout_ref:
+          rollout:
+            height: *size  # px
+            name: *size  # engine
+            width: 3
+        """
+    )
+    assert "height: *size  # px\n" in out and "name: *size  # engine\n" in out
 
 
 def test_interpolations_to_moved_keys_are_rewritten() -> None:
