@@ -192,6 +192,20 @@ def test_scheduler_draw_then_score_roundtrip():
     torch.testing.assert_close(per_row.log_prob, drawn.log_prob, rtol=0, atol=1e-7)
 
 
+@pytest.mark.parametrize("kind", ["sde", "cps"])
+def test_bf16_draw_then_score_gives_the_same_log_prob(kind):
+    """The log-prob of a drawn bf16 sample is that of the returned (rounded) sample, so re-scoring it agrees."""
+    sched = FlowMatchSDEDiscreteScheduler(shift=3.0)
+    sched.set_timesteps(10)
+    gen = torch.Generator().manual_seed(0)
+    x, v = (torch.randn(2, 16, 8, 8, generator=gen).to(torch.bfloat16) for _ in range(2))
+    kw = {"noise_level": 0.7, "sde_type": kind, "step_index": 3}
+    drawn = sched.step(v, sched.timesteps[3], x, generator=gen, **kw)
+    assert drawn.prev_sample.dtype == torch.bfloat16
+    scored = sched.step(v, sched.timesteps[3], x, prev_sample=drawn.prev_sample, **kw)
+    torch.testing.assert_close(scored.log_prob, drawn.log_prob, rtol=0, atol=0)
+
+
 def test_parity_with_parent_step_at_noise_zero():
     parent = FlowMatchEulerDiscreteScheduler(shift=3.0)
     ours = FlowMatchSDEDiscreteScheduler.from_config(parent.config)

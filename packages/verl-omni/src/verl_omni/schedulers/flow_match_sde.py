@@ -37,7 +37,8 @@ class FlowMatchSDESchedulerOutput(BaseOutput):
 
     Args:
         prev_sample (`torch.Tensor` of shape `(batch_size, *latent_shape)`):
-            The next latent `x'`: drawn as `μ + s·z`, or the given `prev_sample` when scoring (then detached).
+            The next latent `x'` in the dtype of `sample`: drawn as `μ + s·z` (`log_prob` scores this rounded
+            value), or the given `prev_sample` when scoring (then detached).
         log_prob (`torch.Tensor` of shape `(batch_size,)`, float32, or `None`):
             Mean over latent elements of the Gaussian log-density of `prev_sample`; `None` when the step is
             deterministic (`noise_level == 0`, or a cps step onto `σ' = 0`) or `return_logprobs=False`.
@@ -319,6 +320,8 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
             else:
                 z = randn_tensor(x.shape, generator=generator, device=x.device, dtype=cdtype)
                 x_next = mean.detach() + _expand(s, x) * z
+            # score the sample as returned (rounded to the input dtype): re-scoring it gives the same log-prob
+            x_next = x_next.to(out_dtype).to(cdtype)
         else:
             x_next = prev_sample.detach().to(cdtype)
 
