@@ -67,6 +67,14 @@ def test_unknown_overrides_kept_and_reported() -> None:
     assert [f.path for f in res.report.findings if f.category == "unknown"] == ["trainer.my_flag"]
 
 
+def test_deleting_an_unknown_key_is_reported() -> None:
+    res = translate_overrides(["~trainer.my_flag", "~actor_rollout_ref.rollout.height", *BASE])
+    assert res.overrides[:2] == ["~trainer.my_flag", "~actor_rollout_ref.rollout.pipeline.height"]
+    unknown = [f for f in res.report.findings if f.category == "unknown"]
+    assert [f.path for f in unknown] == ["~trainer.my_flag"]
+    assert "Hydra will refuse it" in unknown[0].message
+
+
 def test_conflict_names_both_keys() -> None:
     with pytest.raises(
         ConflictError,

@@ -77,6 +77,10 @@ class Doc:
         """Return the 1-based line of `path` in the input, if known."""
         return None
 
+    def deletions(self) -> list[str]:
+        """Return the keys the document deletes (`~key` overrides; YAML has none)."""
+        return []
+
     def expand(self, pattern: str) -> list[str]:
         """Return the present paths matching `pattern` (a `*` segment matches any one key)."""
         parts = pattern.split(".")

@@ -68,6 +68,14 @@ def _suggest(path: str) -> str:
 
 
 def _scan_keys(doc: Doc) -> None:
+    for path in doc.deletions():
+        if not is_head_key(path):
+            doc.report.find(
+                "unknown",
+                "~" + path,
+                "deletes a key verl-omni's diffusion_trainer does not have; Hydra will refuse it" + _suggest(path),
+                line=doc.line(path),
+            )
     for path, value in doc.items():
         if path.split(".")[0] in ("defaults", "hydra"):
             continue

@@ -135,6 +135,10 @@ class OverrideDoc(Doc):
         found = [e for e in self._under(path, live=False) if e.key == path]
         return found[0].line if found else None
 
+    def deletions(self) -> list[str]:
+        """Return the keys of the live `~key` overrides."""
+        return [str(e.key) for e in self.entries if e.is_config and e.prefix == "~" and not e.deleted]
+
     def delete(self, path: str) -> None:
         """Drop every override of `path` or below it."""
         for e in self._under(path, live=False):
