@@ -45,3 +45,17 @@ def test_replica_places_servers_routes_and_survives_a_dead_rank(ray_cluster, tin
     assert {r["server_rank"] for r in second} == {1} and all(r["weight_version"] == 3 for r in second)
     assert list(dead) == [0] and "rank 0" in dead[0]
     assert ray.util.list_named_actors() == [] or "verl_server_0" not in ray.util.list_named_actors()
+
+
+def test_replica_placement_timeout_names_the_key(ray_cluster, tiny_llm_path):
+    config = RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu", launch_timeout_s=0.5)
+    replica = RolloutReplica(config, num_servers=1, use_gpu=True)  # the test cluster has no GPU: never placed
+
+    async def scenario():
+        try:
+            await replica.launch()
+        finally:
+            await replica.shutdown()
+
+    with pytest.raises(TimeoutError, match=r"placing 1 servers with .*'GPU': 1.* \(rollout\.launch_timeout_s\)"):
+        run(scenario())

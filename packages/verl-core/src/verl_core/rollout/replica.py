@@ -151,7 +151,7 @@ class RolloutReplica:
         bundle = {"CPU": 1, "GPU": gpus} if use_gpu else {"CPU": 1}
         self._placement_group = placement_group([dict(bundle) for _ in range(self.num_servers)], strategy="PACK")
         timeout = self.config.launch_timeout_s
-        await asyncio.wait_for(self._placement_group.ready(), timeout)
+        await _within(self._placement_group.ready(), timeout, f"placing {self.num_servers} servers with {bundle} each")
         remote_cls = ray.remote(self.server_cls)
         for rank in range(self.num_servers):
             strategy = PlacementGroupSchedulingStrategy(self._placement_group, placement_group_bundle_index=rank)
@@ -164,7 +164,7 @@ class RolloutReplica:
                     max_concurrency=1000,
                 ).remote(self.config, rank=rank)
             )
-        addresses = await asyncio.wait_for(asyncio.gather(*(a.launch.remote() for a in self.actors)), timeout)
+        addresses = await _within(asyncio.gather(*(a.launch.remote() for a in self.actors)), timeout, "server launch")
         self.router = RolloutRouter(
             [
                 RolloutClient(addr, rank=rank, timeout_s=self.config.request_timeout_s,
@@ -222,3 +222,10 @@ class RolloutReplica:
         if self.router is None:
             raise RuntimeError("the replica is not launched; await launch() first")
         return self.router
+
+
+async def _within(awaitable: Any, timeout: float, what: str) -> Any:
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"{what} took longer than {timeout:g} s (rollout.launch_timeout_s)") from None
