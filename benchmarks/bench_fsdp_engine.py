@@ -160,7 +160,7 @@ def timed(fn, device: torch.device, iters: int, warmup: int) -> float:
     return (time.perf_counter() - start) / iters
 
 
-def baseline_step_time(transformer, adapter, batch, p, device, dtype, iters, warmup) -> float:
+def baseline_step_time(transformer, batch, p, device, dtype, iters, warmup) -> float:
     """Seconds per image-step of a plain autocast forward/backward of the unwrapped transformer (micro-batch)."""
     micro = batch[: p.micro_batch].to(device)
     x = micro["latents"][:, 0]
@@ -304,7 +304,7 @@ def main() -> None:
     results["params_b"] = n_params / 1e9
     batch = build_batch(preset, adapter, batch_size, args.window, args.steps)
     reset_peak(device)
-    base_t = baseline_step_time(transformer, adapter, batch, preset, device, dtype, args.iters, args.warmup)
+    base_t = baseline_step_time(transformer, batch, preset, device, dtype, args.iters, args.warmup)
     results["baseline_s_per_image_step"] = base_t
     results["baseline_mfu"] = 3 * fwd / base_t / H200_PEAK_BF16
     print(f"params {n_params / 1e9:.3f} B; forward {fwd / 1e12:.3f} TFLOP per image-step")

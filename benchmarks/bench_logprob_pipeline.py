@@ -13,6 +13,7 @@ GPU (one H200, mid-size random Qwen-Image transformer 16 layers x 12 heads x 128
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import tempfile
@@ -132,7 +133,7 @@ def main() -> None:
     print(f"ratio log-prob / stock (median): {ratio:.3f}  (target >= 0.9: {'PASS' if ratio >= 0.9 else 'FAIL'})")
     print(f"ratio log-prob / stock (best of {args.repeats}): {ratio_best:.3f}")
 
-    chart = args.chart or tempfile.mktemp(prefix="bench_logprob_pipeline_", suffix=".png")
+    chart = args.chart or os.path.join(tempfile.gettempdir(), f"bench_logprob_pipeline_{args.model}_{args.preset}.png")
     try:
         import matplotlib
 
