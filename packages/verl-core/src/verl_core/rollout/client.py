@@ -115,9 +115,10 @@ class RolloutClient:
 
 def _error_from(response: httpx.Response) -> RolloutError:
     try:
-        body = response.json().get("error") or {}
+        payload = response.json()
     except ValueError:
-        body = {}
+        payload = None
+    body = (payload.get("error") if isinstance(payload, dict) else None) or {}
     if not isinstance(body, dict):
         body = {"message": str(body)}
     cls = _ERRORS.get(body.get("type", ""), RolloutError)
