@@ -11,7 +11,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from verl_migrate.doc import Doc, GroupEntry
 from verl_migrate.errors import MigrationError
-from verl_migrate.keys import is_old_key, old_defaults
+from verl_migrate.keys import is_old_key
 from verl_migrate.report import FileReport
 
 _OLD_TARGET_PREFIX = ("verl.workers.config.", "verl.trainer.config.Diffusion")
@@ -503,8 +503,3 @@ def _shared_containers(root: Any) -> set[int]:
 
     walk(root)
     return shared
-
-
-def old_default_text(path: str) -> str | None:
-    """Return the old verl default of `path` as text, or None when the old tree has no such leaf."""
-    return old_defaults().get(path)

@@ -23,12 +23,4 @@ def all_rules() -> tuple[Rule, ...]:
     return tuple(sorted(rules, key=lambda r: (r.phase, order[r.id])))
 
 
-def get_rule(rule_id: str) -> Rule:
-    """Return the rule with id `rule_id` (KeyError naming the known ids otherwise)."""
-    rules = {r.id: r for r in all_rules()}
-    if rule_id not in rules:
-        raise KeyError(f"unknown rule id {rule_id!r}; run `verl-migrate-config --list-rules` for the ids")
-    return rules[rule_id]
-
-
-__all__ = ["Rule", "all_rules", "get_rule"]
+__all__ = ["Rule", "all_rules"]

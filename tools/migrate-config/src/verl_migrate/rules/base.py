@@ -161,8 +161,3 @@ class Rule:
         else:
             for leaf in known:
                 doc.delete(leaf)
-
-
-def kebab(value: str) -> str:
-    """Return `value` lower-cased with runs of non-alphanumerics replaced by '-' (for generated ids)."""
-    return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")
