@@ -33,3 +33,6 @@ ALGO_KEYS = (
     "iters_per_group",
     "sde_window_seed",
 )
+
+#: the subset that verl-omni's `model.algo` mirror has (no sample_strategy, iters_per_group, sde_window_seed)
+MODEL_ALGO_KEYS = ("noise_level", "sde_type", "sde_window_size", "sde_window_range", "sde_contiguous")

@@ -5,7 +5,7 @@ built in (verl-omni REF0, 70f38f01, dd260ab9; legacy_surface.md §3.4 rows 22-26
 """
 
 from verl_migrate.kinds import Drop, Flag, RenameKey, SetExplicitDefault, SplitDict
-from verl_migrate.rules._targets import ALGO_KEYS, ALGO_T, MODEL, PIPELINE_KEYS, PIPELINE_T
+from verl_migrate.rules._targets import ALGO_T, MODEL, MODEL_ALGO_KEYS, PIPELINE_KEYS, PIPELINE_T
 from verl_migrate.rules.base import register
 
 _CREATES = ((f"{MODEL}.pipeline", PIPELINE_T), (f"{MODEL}.algo", ALGO_T))
@@ -31,7 +31,7 @@ register(
         refs=(23,),
         path=f"{MODEL}.extra_configs",
         routes=tuple((k, f"{MODEL}.pipeline.{k}") for k in PIPELINE_KEYS if k != "aspect_ratio")
-        + tuple((k, f"{MODEL}.algo.{k}") for k in ALGO_KEYS[:5]),
+        + tuple((k, f"{MODEL}.algo.{k}") for k in MODEL_ALGO_KEYS),
         ignored=("height", "width", "num_inference_steps", "logprobs"),
         ignored_note="old verl overwrote this key from the top-level model keys, so it had no effect",
         creates=_CREATES,
