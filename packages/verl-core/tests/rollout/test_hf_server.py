@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from verl_core.config import RolloutConfig
@@ -17,6 +17,7 @@ from verl_core.rollout.client import RolloutClient
 from verl_core.rollout.errors import BadRequestError, ConflictError, EngineTimeoutError, NotReadyError, WeightSyncError
 from verl_core.rollout.hf import HFHttpServer
 from verl_core.testing.server_contract import run
+from verl_core.testing.tiny_llm import random_lora
 
 GREEDY = {"prompt": "the man said that", "sampling_params": {"max_tokens": 6, "temperature": 0.0}}
 
@@ -29,16 +30,6 @@ def server(tiny_llm_path):
     run(server.shutdown())
 
 
-def _lora(path, seed: int, r: int = 4):
-    torch.manual_seed(seed)
-    config = LoraConfig(r=r, lora_alpha=2 * r, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-    trainer_model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), config)
-    for name, p in trainer_model.named_parameters():
-        if "lora_" in name:
-            torch.nn.init.normal_(p, std=1.0)
-    return get_peft_model_state_dict(trainer_model), config.to_dict()
-
-
 async def _push(address: str, weights, **kwargs):
     client = RolloutClient(address)
     try:
@@ -49,7 +40,7 @@ async def _push(address: str, weights, **kwargs):
 
 def test_hf_lora_update_over_http_changes_output_and_matches_peft(server, tiny_llm_path):
     before = run(server.generate(GREEDY))
-    tensors, peft_config = _lora(tiny_llm_path, seed=1)
+    tensors, peft_config = random_lora(tiny_llm_path, seed=1)
     result = run(_push(server.address, tensors, version=5, kind="lora", peft_config=peft_config, bucket_bytes=2048))
     assert result["kind"] == "lora" and result["num_tensors"] == len(tensors)
     after = run(server.generate(GREEDY))
@@ -66,7 +57,7 @@ def test_hf_lora_update_over_http_changes_output_and_matches_peft(server, tiny_l
 
 
 def test_hf_lora_bad_updates_name_the_problem(server, tiny_llm_path):
-    tensors, peft_config = _lora(tiny_llm_path, seed=2)
+    tensors, peft_config = random_lora(tiny_llm_path, seed=2)
     with pytest.raises(WeightSyncError, match="peft_config"):
         run(server.update_weights(tensors, version=9, kind="lora"))
     missing = dict(list(tensors.items())[1:])

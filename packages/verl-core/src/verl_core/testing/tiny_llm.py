@@ -1,12 +1,13 @@
-"""Build a tiny random-weight causal LM folder (Qwen2 config + a locally built tokenizer), no download."""
+"""Tiny random test models, no download: a Qwen2 causal LM folder with a local tokenizer, new weights, LoRA adapters."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
-__all__ = ["TINY_WORDS", "build_tiny_llm", "random_state_dict"]
+__all__ = ["TINY_WORDS", "build_tiny_llm", "random_lora", "random_state_dict"]
 
 _WORDS = (
     "the a an of to in and is are was be for on with as at by it this that from or not but what all were when "
@@ -80,3 +81,26 @@ def random_state_dict(path: str | Path, *, seed: int) -> dict[str, torch.Tensor]
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
     gen = torch.Generator().manual_seed(seed)
     return {k: torch.randn(v.shape, generator=gen) * 0.5 for k, v in model.state_dict().items()}
+
+
+def random_lora(path: str | Path, *, seed: int, r: int = 4) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """LoRA tensors (as `peft.get_peft_model_state_dict` names them) of a random adapter on q_proj/v_proj.
+
+    Args:
+        path (`str` or `Path`): the model folder the adapter is built on.
+        seed (`int`): seed of the adapter weights (drawn with std 1, so outputs change visibly).
+        r (`int`, *optional*, defaults to `4`): adapter rank; `lora_alpha` is `2 * r`.
+
+    Returns:
+        `tuple[dict[str, torch.Tensor], dict]`: the adapter tensors and its PEFT config as a dict.
+    """
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = LoraConfig(r=r, lora_alpha=2 * r, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), config)
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            torch.nn.init.normal_(p, std=1.0)
+    return get_peft_model_state_dict(model), config.to_dict()
