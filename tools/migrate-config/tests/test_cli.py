@@ -241,6 +241,12 @@ def test_permission_denied(tmp_path, capsys) -> None:
     assert "permission denied" in capsys.readouterr().err
 
 
+def test_a_file_given_twice_is_migrated_once(tmp_path, capsys) -> None:
+    path = _write(tmp_path, "cfg/a.yaml", OLD)
+    assert main(["--diff", str(tmp_path / "cfg"), path, os.path.join(str(tmp_path), "cfg", ".", "a.yaml")]) == 0
+    assert capsys.readouterr().out.count("+++ b/") == 1
+
+
 def test_symlink_loop_in_directory(tmp_path, capsys) -> None:
     _write(tmp_path, "cfg/a.yaml", OLD)
     os.symlink(str(tmp_path / "cfg"), str(tmp_path / "cfg" / "loop"))

@@ -67,7 +67,10 @@ def discover(paths: list[str]) -> tuple[list[tuple[str, bool]], list[MigrationEr
         elif os.path.lexists(p) and not os.path.exists(p):
             errors.append(MigrationError(_broken(p), path=p))
         else:
-            found.append((p, True))
+            real = os.path.realpath(p)
+            if real not in seen:  # also given through a folder, or twice
+                seen.add(real)
+                found.append((p, True))
     return found, errors
 
 
