@@ -28,7 +28,6 @@ import torch
 from verl_core.config import RolloutConfig
 from verl_core.rollout.client import RolloutClient
 from verl_core.rollout.hf import HFHttpServer
-from verl_core.rollout.sampling import LLMSamplingParams
 from verl_core.testing.tiny_llm import build_tiny_llm
 
 
@@ -64,7 +63,7 @@ def main() -> None:
     asyncio.run(server.launch())
     sampling = {"max_tokens": args.max_tokens, "temperature": 0.0, "ignore_eos": True}
     request = {"prompt_ids": [4, 5, 6, 7, 8, 9, 10, 11], "sampling_params": sampling}
-    params = LLMSamplingParams.model_validate({**config.sampling.to_dict(), **sampling})
+    params = server._validate_sampling_params(sampling)  # exactly what the server's generate runs with
     flag = threading.Event()
     times: dict[str, list[float]] = {"engine": [], "python": [], "http": [], "client": []}
     loop = asyncio.new_event_loop()
