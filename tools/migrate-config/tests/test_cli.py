@@ -368,9 +368,11 @@ def test_closed_stdout_exits_without_traceback(tmp_path) -> None:
 
 def test_console_script_and_module_entry(tmp_path) -> None:
     path = _write(tmp_path, "old.yaml", OLD)
-    res = subprocess.run([sys.executable, "-m", "verl_migrate", "--check", path], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "verl_migrate", "--check", path], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 1 and "would migrate" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "verl_migrate", "--help"], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", "verl_migrate", "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "exit codes:" in res.stdout
 
 

@@ -133,4 +133,4 @@ def test_script_and_translate_overrides_agree(name: str) -> None:
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize("name", ["run_qwen_image_ocr_lora.sh", "run_flowgrpo_trainer_diffusers.sh"])
 def test_migrated_scripts_are_valid_bash(name: str) -> None:
-    subprocess.run(["bash", "-n", os.path.join(GOLDEN, _migrated(name))], check=True)
+    subprocess.run(["bash", "-n", os.path.join(GOLDEN, _migrated(name))], check=True, timeout=60)

@@ -136,4 +136,4 @@ def test_scripts_stay_valid_and_match_translate_overrides(flat: dict[str, str], 
     assert sorted(commands(out, "run.sh")[0]) == sorted(expected)
     assert out.endswith("\necho done\n")
     if shutil.which("bash"):
-        subprocess.run(["bash", "-n"], input=out, text=True, check=True)
+        subprocess.run(["bash", "-n"], input=out, text=True, check=True, timeout=60)

@@ -20,7 +20,9 @@ print(code, ','.join(heavy), file=sys.stderr)
 
 
 def _probe(argv: list[str]) -> tuple[str, set[str]]:
-    res = subprocess.run([sys.executable, "-c", _PROBE.format(argv=argv)], capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(argv=argv)], capture_output=True, text=True, check=True, timeout=60
+    )
     code, _, mods = res.stderr.strip().splitlines()[-1].partition(" ")
     return code, {m.split(".")[0] for m in mods.split(",") if m}
 
@@ -41,5 +43,6 @@ def test_importing_the_package_is_free() -> None:
         capture_output=True,
         text=True,
         check=True,
+        timeout=60,
     )
     assert res.stdout.strip() == "[]"

@@ -120,7 +120,11 @@ def test_validate_without_verl_omni_exits_2(tmp_path) -> None:
     p.write_text("trainer:\n  nnodes: 1\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, site])}
     res = subprocess.run(
-        [sys.executable, "-S", "-m", "verl_migrate", "--validate", str(p)], capture_output=True, text=True, env=env
+        [sys.executable, "-S", "-m", "verl_migrate", "--validate", str(p)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert res.returncode == 2
     assert "verl-omni is not installed" in res.stderr and "pip install 'verl-migrate-config[validate]'" in res.stderr
