@@ -16,6 +16,7 @@ from verl_core.config import RolloutConfig
 from verl_core.rollout.client import RolloutClient
 from verl_core.rollout.errors import BadRequestError, ConflictError, EngineTimeoutError, NotReadyError, WeightSyncError
 from verl_core.rollout.hf import HFHttpServer
+from verl_core.rollout.weights import encode_weight_stream
 from verl_core.testing.server_contract import run
 from verl_core.testing.tiny_llm import random_lora
 
@@ -190,3 +191,35 @@ def test_hf_sleep_rejects_a_bad_level_naming_it(server, level):
     with pytest.raises(BadRequestError, match=f"sleep level must be 1 or 2, got {level}") as info:
         run(server.sleep(level))
     assert info.value.field == "level" and server.state.value == "ready"
+
+
+@pytest.mark.parametrize("fault", ["missing-tensor", "broken-stream"])
+def test_hf_rejected_lora_update_with_a_new_config_keeps_the_served_adapter(tiny_llm_path, fault):
+    server = HFHttpServer(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu"))
+    run(server.launch())
+    try:
+        tensors, peft_config = random_lora(tiny_llm_path, seed=1)
+        run(server.update_weights(tensors, version=1, kind="lora", peft_config=peft_config))
+        served = run(server.generate(GREEDY)).token_ids
+        wider, wider_config = random_lora(tiny_llm_path, seed=3, r=8)  # a new config: the adapter is rebuilt
+        if fault == "missing-tensor":
+            partial = dict(list(wider.items())[1:])
+            with pytest.raises(WeightSyncError, match="lacks 1 of"):
+                run(server.update_weights(partial, version=2, kind="lora", peft_config=wider_config))
+        else:  # the stream breaks after the manifest was accepted
+            chunks = encode_weight_stream(wider, version=2, kind="lora", peft_config=wider_config)
+            stream = b"".join(bytes(c) for c in chunks)
+            with pytest.raises(WeightSyncError, match="truncated"):
+                run(_post_raw(server.address, stream[: len(stream) // 2]))
+        after = run(server.generate(GREEDY))
+        assert after.weight_version == 1 and after.token_ids == served
+    finally:
+        run(server.shutdown())
+
+
+async def _post_raw(address: str, body: bytes):
+    client = RolloutClient(address)
+    try:
+        return await client._post("/update_weights", content=body, headers={"content-type": "application/octet-stream"})
+    finally:
+        await client.aclose()

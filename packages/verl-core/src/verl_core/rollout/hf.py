@@ -39,7 +39,8 @@ class HFHttpServer(RolloutHttpServer):
     Requests run one at a time (the engine thread is single); abort stops a request at its next token.
     `sleep(1)` moves the weights to host memory (a no-op on CPU), `sleep(2)` frees them and `wake_up`
     reloads the checkpoint, after which the weight version is 0 again. `update_weights` copies full
-    tensors in place (names as in the model's `state_dict`) or loads LoRA tensors through peft.
+    tensors in place (names as in the model's `state_dict`) or loads LoRA tensors through peft; a rejected
+    LoRA update leaves the served adapter as it was.
 
     Args:
         config (`RolloutConfig`): `model.path` is a transformers folder; `device` picks CPU or GPU.
@@ -58,6 +59,7 @@ class HFHttpServer(RolloutHttpServer):
         self._abort_flags: dict[str, threading.Event] = {}
         self._full_table: dict[str, torch.Tensor] = {}
         self._lora_pending: dict[str, torch.Tensor] = {}
+        self._lora_previous: tuple[dict[str, Any] | None, dict[str, torch.Tensor]] | None = None  # (config, tensors)
 
     # ---- load / generate ------------------------------------------------------------------------
 
@@ -184,30 +186,60 @@ class HFHttpServer(RolloutHttpServer):
             await self._run_blocking(self._prepare_lora, update)
 
     def _prepare_lora(self, update: WeightUpdate) -> None:
-        from peft import get_peft_config, get_peft_model, get_peft_model_state_dict
+        from peft import get_peft_config, get_peft_model_state_dict
 
         config = {"peft_type": "LORA", **dict(update.peft_config or {})}
         try:
             peft_config = get_peft_config(config)
         except Exception as e:
             raise WeightSyncError(f"peft_config rejected by peft: {type(e).__name__}: {e}", field="peft_config") from e
+        self._lora_previous = None
         if self._peft is None or config != self._peft_config:
-            base = self._peft.unload() if self._peft is not None else self._model
-            try:
-                self._peft = get_peft_model(base, peft_config).eval()
-            except Exception as e:
-                self._peft, self._model = None, base
-                raise WeightSyncError(f"cannot apply peft_config: {type(e).__name__}: {e}", field="peft_config") from e
-            self._model, self._peft_config = base, config
-        expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(self._peft).items()}
-        check_manifest(update.manifest, expected)
-        missing = sorted(set(expected) - {s.name for s in update.manifest})
-        if missing:
-            raise WeightSyncError(
-                f"LoRA update lacks {len(missing)} of the adapter's {len(expected)} tensors, e.g. {missing[0]!r}",
-                field=missing[0],
-            )
+            old = get_peft_model_state_dict(self._peft) if self._peft is not None else {}
+            self._lora_previous = (self._peft_config, old)
+            self._swap_adapter(config, peft_config)
+        try:
+            expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(self._peft).items()}
+            check_manifest(update.manifest, expected)
+            missing = sorted(set(expected) - {s.name for s in update.manifest})
+            if missing:
+                raise WeightSyncError(
+                    f"LoRA update lacks {len(missing)} of the adapter's {len(expected)} tensors, e.g. {missing[0]!r}",
+                    field=missing[0],
+                )
+        except WeightSyncError:
+            self._restore_adapter()
+            raise
         self._lora_pending = {}
+
+    def _swap_adapter(self, config: dict[str, Any], peft_config: Any) -> None:
+        """Serve a fresh adapter of `config`; `_restore_adapter` brings back the one in `_lora_previous`."""
+        from peft import get_peft_model
+
+        base = self._peft.unload() if self._peft is not None else self._model
+        self._model, self._peft, self._peft_config = base, None, None
+        try:
+            self._peft = get_peft_model(base, peft_config).eval()
+        except Exception as e:
+            self._restore_adapter()
+            raise WeightSyncError(f"cannot apply peft_config: {type(e).__name__}: {e}", field="peft_config") from e
+        self._peft_config = config
+
+    def _restore_adapter(self) -> None:
+        """After a rejected LoRA update that swapped the adapter: serve the previous adapter (or none) again."""
+        previous, self._lora_previous = self._lora_previous, None
+        if previous is None:
+            return
+        from peft import get_peft_config, get_peft_model, set_peft_model_state_dict
+
+        old_config, old_tensors = previous
+        if self._peft is not None:
+            self._model = self._peft.unload()
+        self._peft, self._peft_config = None, None
+        if old_config is not None:
+            self._peft = get_peft_model(self._model, get_peft_config(old_config)).eval()
+            set_peft_model_state_dict(self._peft, old_tensors)
+            self._peft_config = old_config
 
     async def _engine_load_bucket(self, update: WeightUpdate, tensors: list[tuple[str, torch.Tensor]]) -> None:
         if update.kind == "full":
@@ -235,10 +267,13 @@ class HFHttpServer(RolloutHttpServer):
 
             pending, self._lora_pending = self._lora_pending, {}
             await self._run_blocking(set_peft_model_state_dict, self._peft, pending)
+            self._lora_previous = None
         self._full_table = {}
 
     async def _engine_abort_weights(self, update: WeightUpdate) -> None:
         self._full_table, self._lora_pending = {}, {}
+        if update.kind == "lora":
+            await self._run_blocking(self._restore_adapter)
 
     async def _engine_shutdown(self) -> None:
         self._model, self._peft, self._tokenizer = None, None, None
