@@ -223,3 +223,31 @@ async def _post_raw(address: str, body: bytes):
         return await client._post("/update_weights", content=body, headers={"content-type": "application/octet-stream"})
     finally:
         await client.aclose()
+
+
+def test_hf_wake_up_when_awake_does_not_wait_for_in_flight_generates(tiny_llm_path):
+    release = threading.Event()
+
+    class Slow(HFHttpServer):
+        async def _engine_generate(self, request_id, request, params):
+            await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+            return await super()._engine_generate(request_id, request, params)
+
+    server = Slow(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu", lifecycle_timeout_s=5))
+    run(server.launch())
+
+    async def scenario():
+        first = asyncio.ensure_future(server.generate({**GREEDY, "request_id": "slow"}))
+        while "slow" not in server._inflight:
+            await asyncio.sleep(0.005)
+        state = await asyncio.wait_for(server.wake_up(), 1.0)  # a no-op: must not wait for "slow"
+        ready = server.readiness()
+        release.set()
+        return state, ready, await first
+
+    try:
+        state, ready, first = run(scenario())
+    finally:
+        release.set()
+        run(server.shutdown())
+    assert state.value == "ready" and ready == (True, "ready") and first.request_id == "slow"

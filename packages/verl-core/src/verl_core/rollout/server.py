@@ -412,6 +412,8 @@ class RolloutHttpServer(EngineHooks):
         bad = [t for t in wanted if t not in ("weights", "kv_cache")]
         if bad:
             raise BadRequestError(f"unknown wake_up tag {bad[0]!r}; allowed: 'weights', 'kv_cache'", field="tags")
+        if self._state is ServerState.READY and not self._asleep:
+            return self._state  # awake already: do not block generates while in-flight ones drain
         async with self._exclusive_op("wake_up"):
             todo = [t for t in wanted if t in self._asleep]
             if todo:
