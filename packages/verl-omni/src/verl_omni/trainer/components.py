@@ -1,0 +1,231 @@
+"""Build what the trainer drives from the config: pre-flight checks (no Ray), then Ray workers and services.
+
+`preflight` runs in seconds and fails before any worker starts: the model folder (a `tiny://` path is built once
+and cached), the prompt files, the trackers. `build_components` then starts or joins Ray, places one bundle per
+actor rank, and starts the actor ranks, the colocated rollout servers and the reward scorer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+from verl_omni.trainer._interim import InterimRewardManager, PromptDataset, PromptSampler
+from verl_omni.trainer.checkpoint import CheckpointManager
+from verl_omni.trainer.config import DiffusionTrainerConfig
+from verl_omni.trainer.placement import ResourcePool, init_ray
+from verl_omni.trainer.protocols import ActorRanks, MetricsTracker, PromptSource, RewardScorer, RolloutService
+from verl_omni.trainer.tracking import Tracking, check_loggers
+from verl_omni.trainer.workers import ActorGroup, ActorWorker
+
+__all__ = ["TINY_SCHEME", "Prepared", "TrainerComponents", "build_components", "preflight", "resolve_model_path"]
+
+logger = logging.getLogger(__name__)
+
+TINY_SCHEME = "tiny://"
+"""`actor_rollout_ref.model.path: tiny://<model>[/<preset>]` builds a random pipeline (`build_tiny_pipeline`) once."""
+
+
+def _cache_root() -> pathlib.Path:
+    base = os.environ.get("VERL_OMNI_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "verl_omni"
+    )
+    return pathlib.Path(base)
+
+
+def resolve_model_path(path: str) -> pathlib.Path:
+    """The pipeline folder of `actor_rollout_ref.model.path`; a `tiny://model[/preset]` path is built once, cached.
+
+    Raises:
+        FileNotFoundError: the folder does not exist or has no `model_index.json` (names the key and the path).
+        ValueError: an unknown tiny model or preset.
+    """
+    if path.startswith(TINY_SCHEME):
+        model, _, preset = path[len(TINY_SCHEME) :].partition("/")
+        preset = preset or "tiny"
+        folder = _cache_root() / "tiny" / f"{model}-{preset}-seed0"
+        if not (folder / "model_index.json").is_file():
+            from verl_omni.testing import build_tiny_pipeline
+
+            try:
+                tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+                build_tiny_pipeline(model, tmp, preset=preset, seed=0)
+            except ValueError as e:
+                raise ValueError(f"actor_rollout_ref.model.path={path!r}: {e}") from e
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            if not folder.exists():
+                os.replace(tmp, folder)
+            logger.info("built the random pipeline %s in %s", path, folder)
+        return folder
+    folder = pathlib.Path(path).expanduser()
+    if not (folder / "model_index.json").is_file():
+        what = "does not exist" if not folder.exists() else "has no model_index.json (not a diffusers pipeline folder)"
+        raise FileNotFoundError(
+            f"actor_rollout_ref.model.path: {folder} {what}; point it at a diffusers pipeline folder, or run "
+            "`verl-omni-train` with no arguments for the built-in quickstart"
+        )
+    return folder
+
+
+@dataclasses.dataclass
+class Prepared:
+    """What `preflight` checked and loaded: the config with the model folder resolved, and the prompt sets."""
+
+    config: DiffusionTrainerConfig
+    train_set: Any
+    val_set: Any
+
+
+def preflight(config: DiffusionTrainerConfig) -> Prepared:
+    """Check everything that can be checked without Ray; build a `tiny://` pipeline if asked.
+
+    Raises:
+        FileNotFoundError: a missing model folder or prompt file (names the key and the path).
+        ImportError: a tracker's package is missing (names the extra).
+        ValueError: an empty training set.
+    """
+    check_loggers(config.trainer.logger)
+    folder = resolve_model_path(config.actor_rollout_ref.model.path)
+    arr = config.actor_rollout_ref
+    config = config.evolve(actor_rollout_ref=arr.evolve(model=arr.model.evolve(path=str(folder))))
+    train_set = PromptDataset.from_config(config.data, "train")
+    if len(train_set) < config.data.train_batch_size:
+        raise ValueError(
+            f"data.train_files: {len(train_set)} prompts, fewer than data.train_batch_size="
+            f"{config.data.train_batch_size}"
+        )
+    val_set = PromptDataset.from_config(config.data, "val")
+    return Prepared(config, train_set, val_set)
+
+
+@dataclasses.dataclass
+class TrainerComponents:
+    """Everything `FlowGRPOTrainer` drives (see `verl_omni.trainer.protocols`)."""
+
+    actor: ActorRanks
+    rollout: RolloutService
+    reward: RewardScorer
+    prompts: PromptSource
+    val_records: list[Any]
+    tracker: MetricsTracker
+    checkpoints: CheckpointManager
+    total_steps: int
+    device: str
+    release: Callable[[], None] = lambda: None
+
+
+def build_components(prepared: Prepared, *, write: Callable[[str], None] = print) -> TrainerComponents:
+    """Start (or join) Ray and build the actor ranks, rollout servers, reward scorer, sampler and trackers.
+
+    Raises:
+        TimeoutError: the bundles cannot be placed in time.
+        WorkerError / RolloutServiceError: a worker fails to start (names it).
+    """
+    import ray
+
+    from verl_omni.trainer.rollout import ColocatedRollout
+
+    config = prepared.config
+    trainer, arr, data = config.trainer, config.actor_rollout_ref, config.data
+    sampler = PromptSampler(prepared.train_set, data.train_batch_size, shuffle=data.shuffle, seed=data.seed or 0)
+    total_steps = trainer.total_training_steps or trainer.total_epochs * sampler.steps_per_epoch
+    actor_cfg = arr.actor
+    if actor_cfg.optim.total_training_steps == -1:
+        actor_cfg = actor_cfg.evolve(optim=actor_cfg.optim.evolve(total_training_steps=total_steps))
+
+    started = init_ray(config, extra_cpus=config.reward.num_workers + 1)
+    pool = None
+    actor = rollout = None
+    try:
+        use_gpu = _use_gpu(config, ray.cluster_resources())
+        device = "cuda" if use_gpu else "cpu"
+        pool = ResourcePool(config, use_gpu)
+        slots = pool.create()
+        need_ref = actor_cfg.use_kl_loss and not arr.model.use_lora
+        remote = ray.remote(ActorWorker)
+        handles = [
+            remote.options(**pool.options(slot)).remote(
+                arr.model,
+                actor_cfg,
+                arr.ref if need_ref else None,
+                rank=rank,
+                world_size=len(slots),
+                device=device,
+                sde_type=arr.rollout.algo.sde_type,
+                threads=trainer.cpu_threads_per_worker,
+                nccl_timeout=arr.nccl_timeout,
+            )
+            for rank, slot in enumerate(slots)
+        ]
+        actor = ActorGroup(handles, [{} for _ in handles], trainer.worker_timeout_s)
+        start_timeout = float(trainer.ray_wait_register_center_timeout)
+        actor.nodes = actor.call("node_info", list(trainer.ray_master_port_range), timeout_s=start_timeout)
+        master = actor.nodes[0]
+        info = actor.call("init_engine", master["ip"], master["port"], timeout_s=start_timeout)
+        logger.info("actor ranks: %d on %s; %s", len(handles), device, info[0])
+        rollout = ColocatedRollout(
+            pool,
+            slots,
+            model_path=arr.model.path,
+            device=device,
+            dtype=arr.rollout.dtype,
+            request_timeout_s=arr.rollout.request_timeout_s,
+            lifecycle_timeout_s=arr.rollout.lifecycle_timeout_s,
+            launch_timeout_s=arr.rollout.launch_timeout_s,
+            threads=trainer.cpu_threads_per_worker,
+        )
+        reward = InterimRewardManager(config.reward)
+        tracker = Tracking(
+            trainer.logger,
+            pathlib.Path(trainer.run_dir),
+            project=trainer.project_name,
+            experiment=trainer.experiment_name,
+            config=config.to_dict(),
+            write=write,
+        )
+    except BaseException:
+        for part in (rollout, actor):
+            if part is not None:
+                part.shutdown()
+        if pool is not None:
+            pool.remove()
+        if started:
+            ray.shutdown()
+        raise
+
+    def release() -> None:
+        rollout.shutdown()
+        actor.shutdown()
+        pool.remove()
+        if started:
+            ray.shutdown()
+
+    return TrainerComponents(
+        actor=actor,
+        rollout=rollout,
+        reward=reward,
+        prompts=sampler,
+        val_records=list(prepared.val_set),
+        tracker=tracker,
+        checkpoints=CheckpointManager(trainer.default_local_dir, trainer.max_actor_ckpt_to_keep),
+        total_steps=total_steps,
+        device=device,
+        release=release,
+    )
+
+
+def _use_gpu(config: DiffusionTrainerConfig, resources: dict[str, float]) -> bool:
+    device = config.trainer.device
+    if device == "cpu":
+        return False
+    enough = resources.get("GPU", 0) >= config.trainer.world_size
+    if device == "cuda" and not enough:
+        raise ValueError(
+            f"trainer.device=cuda: the Ray cluster has {resources.get('GPU', 0):g} GPUs, the run needs "
+            f"trainer.nnodes x trainer.n_gpus_per_node = {config.trainer.world_size}"
+        )
+    return enough

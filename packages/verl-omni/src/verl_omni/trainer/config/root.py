@@ -1,0 +1,111 @@
+"""`DiffusionTrainerConfig`: the root of the `diffusion_trainer` config and its cross-key checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from verl_core.config import BaseConfig, ConfigValueError
+from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
+from verl_omni.trainer._interim import DataConfig, DiffusionRolloutConfig, RewardConfig
+from verl_omni.trainer.config.algorithm import DiffusionAlgoConfig
+from verl_omni.trainer.config.trainer import RayKwargsConfig, TrainerConfig
+
+__all__ = ["ActorRolloutRefConfig", "DiffusionTrainerConfig"]
+
+
+@dataclasses.dataclass
+class ActorRolloutRefConfig(BaseConfig):
+    """`actor_rollout_ref.*`: the model, the actor (policy update), the reference and the rollout.
+
+    Args:
+        model (`DiffusionModelConfig`): the diffusers pipeline folder, LoRA, gradient checkpointing.
+        actor (`DiffusionActorConfig`): the FlowGRPO update on `DiffusersFSDPEngine`.
+        ref (`DiffusionRefConfig`): the reference policy (KL term); with LoRA it is the actor with adapters off.
+        rollout (`DiffusionRolloutConfig`): the rollout backend and its sampling settings.
+        hybrid_engine (`bool`, *optional*, defaults to `True`): colocated mode: each actor rank and one rollout
+            server share a device (a placement-group bundle); the rollout sleeps while the actor trains.
+        nccl_timeout (`int`, *optional*, defaults to `600`): seconds of the actor ranks' process-group timeout.
+    """
+
+    model: DiffusionModelConfig = dataclasses.field(default_factory=DiffusionModelConfig)
+    actor: DiffusionActorConfig = dataclasses.field(default_factory=DiffusionActorConfig)
+    ref: DiffusionRefConfig = dataclasses.field(default_factory=DiffusionRefConfig)
+    rollout: DiffusionRolloutConfig = dataclasses.field(default_factory=DiffusionRolloutConfig)
+    hybrid_engine: bool = True
+    nccl_timeout: int = 600
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require(
+            "hybrid_engine",
+            self.hybrid_engine,
+            "true (colocated rollout and training; a separate rollout pool is not implemented)",
+        )
+        self._require("nccl_timeout", self.nccl_timeout > 0, "seconds > 0")
+
+
+@dataclasses.dataclass
+class DiffusionTrainerConfig(BaseConfig):
+    """The whole `diffusion_trainer` config (`verl_omni/trainer/config/diffusion_trainer.yaml`).
+
+    Args:
+        actor_rollout_ref (`ActorRolloutRefConfig`): model, actor, reference, rollout.
+        data (`DataConfig`): prompt files and batch sizes.
+        reward (`RewardConfig`): the reward function and its workers.
+        algorithm (`DiffusionAlgoConfig`): the advantage estimator and the old-log-prob source.
+        trainer (`TrainerConfig`): steps, logging, checkpoints, resources, timeouts.
+        ray_kwargs (`RayKwargsConfig`): how to start or join Ray.
+
+    Raises:
+        ConfigValueError: keys that disagree with each other (each message names both keys and the way out):
+            `actor.rollout_n` vs `rollout.n`, `model.algorithm` vs `algorithm.adv_estimator`, batch sizes that do
+            not split over the actor ranks or into mini-batches.
+    """
+
+    actor_rollout_ref: ActorRolloutRefConfig = dataclasses.field(default_factory=ActorRolloutRefConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
+    algorithm: DiffusionAlgoConfig = dataclasses.field(default_factory=DiffusionAlgoConfig)
+    trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
+    ray_kwargs: RayKwargsConfig = dataclasses.field(default_factory=RayKwargsConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        arr = self.actor_rollout_ref
+        actor, n = arr.actor, arr.rollout.n
+        _check(
+            actor.rollout_n == n,
+            "actor_rollout_ref.actor.rollout_n",
+            f"{actor.rollout_n} differs from actor_rollout_ref.rollout.n={n}; leave actor.rollout_n unset (it "
+            "follows rollout.n) or set both to the group size",
+        )
+        _check(
+            arr.model.algorithm == self.algorithm.adv_estimator,
+            "algorithm.adv_estimator",
+            f"{self.algorithm.adv_estimator!r} differs from actor_rollout_ref.model.algorithm="
+            f"{arr.model.algorithm!r}; set one algorithm in both",
+        )
+        world = self.trainer.world_size
+        prompts = self.data.train_batch_size
+        _check(
+            prompts * n % world == 0,
+            "data.train_batch_size",
+            f"{prompts} prompts x rollout.n={n} = {prompts * n} images do not split over {world} actor ranks "
+            f"(trainer.nnodes x trainer.n_gpus_per_node); choose a batch that is a multiple of {world}",
+        )
+        mini = min(actor.ppo_mini_batch_size, prompts)  # a mini-batch larger than the batch is the whole batch
+        _check(
+            prompts % mini == 0,
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+            f"{mini} prompts must divide data.train_batch_size={prompts} (one optimizer step per mini-batch)",
+        )
+        _check(
+            mini * n % world == 0,
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+            f"{mini} prompts x rollout.n={n} images do not split over {world} actor ranks",
+        )
+
+
+def _check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigValueError(message, key=key)

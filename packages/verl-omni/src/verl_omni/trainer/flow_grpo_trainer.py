@@ -1,0 +1,336 @@
+"""`FlowGRPOTrainer`: the FlowGRPO recipe, read top to bottom — `__init__` → `setup` → `train` → `cleanup`.
+
+One step (numbered as in `train`): prompts → rollout of `n` images per prompt with a pinned SDE window → the
+rollout sleeps → reward → group advantages → old log-probs (recomputed, or the rollout's in bypass mode) →
+reference transition means (with the KL term) → policy update → the rollout wakes and actor rank 0 streams the
+new weights to every server → validation every `trainer.test_freq` → checkpoint every `trainer.save_freq` →
+metrics. The components it drives are `Protocol`s (`verl_omni.trainer.protocols`), built by
+`verl_omni.trainer.components.build_components` unless handed in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from verl_omni.pipelines import DiffusionSamplingConfig
+from verl_omni.trainer._interim import iter_batches
+from verl_omni.trainer.algos import compute_flow_grpo_advantages
+from verl_omni.trainer.components import TrainerComponents
+from verl_omni.trainer.config import DiffusionTrainerConfig
+
+__all__ = ["FlowGRPOTrainer", "WeightSyncError"]
+
+logger = logging.getLogger(__name__)
+
+_STEP_SEED_STRIDE = 1_000_003  # > prompts x n of any step: request seeds of two steps never overlap
+_VAL_SEED_OFFSET = 7_777_777  # validation noise is the same at every validation, so samples are comparable
+
+
+class WeightSyncError(RuntimeError):
+    """A rollout server does not serve the weight version the actor just pushed (names the server rank)."""
+
+
+class FlowGRPOTrainer:
+    """FlowGRPO on a diffusers pipeline: Ray actor ranks (FSDP2), colocated rollout servers, a reward scorer.
+
+    Features and their flags:
+
+    * Group size and batch: `actor_rollout_ref.rollout.n` images per prompt, `data.train_batch_size` prompts.
+    * SDE window: `rollout.algo.sde_window_size` K trained steps, the window start drawn per step from
+      `rollout.algo.sde_window_range` by a generator seeded with (`rollout.algo.sde_window_seed`, step) and pinned
+      for every request of the step.
+    * Old log-probs: recomputed by the actor (default), or the rollout's with
+      `algorithm.rollout_correction.bypass_mode`.
+    * KL to the reference: `actor.use_kl_loss` (LoRA: adapters disabled; full fine-tuning: a frozen engine).
+    * Validation: every `trainer.test_freq` steps, before training (`trainer.val_before_train`), or only
+      (`trainer.val_only`), with `rollout.val_kwargs` (ODE sampling by default).
+    * Checkpoints: every `trainer.save_freq` steps, atomic; resume with `trainer.resume_mode`.
+
+    Args:
+        config (`DiffusionTrainerConfig`): the validated config (model path resolved by `preflight`).
+
+    Raises:
+        ValueError: `trainer.test_freq` or `val_before_train` ask for validation without `data.val_files`.
+    """
+
+    def __init__(self, config: DiffusionTrainerConfig) -> None:
+        self.config = config
+        rollout = config.actor_rollout_ref.rollout
+        self.train_sampling = rollout.to_sampling_config()
+        self.val_sampling = rollout.to_sampling_config(validate=True)
+        self.window = self.train_sampling.sde_window_size
+        self.steps_trained = self.window or self.train_sampling.num_inference_steps - 1
+        self.seed = rollout.seed or 0
+        self.bypass = config.algorithm.rollout_correction.bypass_mode
+        self.use_kl = config.actor_rollout_ref.actor.use_kl_loss
+        self.step = 0
+        self.weight_version = 0
+        self.history: list[dict[str, float]] = []
+        self.val_images: dict[int, torch.Tensor] = {}
+        self.c: TrainerComponents | None = None
+
+    # ---- setup --------------------------------------------------------------------------------------------
+
+    def setup(self, components: TrainerComponents) -> None:
+        """Take the components, resume from a checkpoint if `trainer.resume_mode` finds one.
+
+        Raises:
+            FileNotFoundError: `resume_mode: resume_path` names no complete checkpoint.
+        """
+        self.c = components
+        trainer = self.config.trainer
+        needs_val = trainer.val_before_train or trainer.val_only or trainer.test_freq > 0
+        if needs_val and not components.val_records:
+            logger.warning("no validation prompts (data.val_files): validation is skipped")
+        path = components.checkpoints.resolve_resume(trainer.resume_mode, trainer.resume_from_path)
+        if path is not None:
+            state = components.checkpoints.load_trainer_state(path)
+            components.actor.call("load_checkpoint", str(path / "actor"))
+            components.prompts.load_state_dict(state["sampler"])
+            self.step = int(state["step"])
+            logger.info("resumed from %s (step %d)", path, self.step)
+            # the servers start from the base weights: give them the resumed policy before the first rollout
+            self._sync_weights(self.step)
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+
+    def train(self) -> list[dict[str, float]]:
+        """Run from `self.step` to the last step; return the metrics of every step run."""
+        from tqdm.auto import tqdm
+
+        c, trainer = self._components(), self.config.trainer
+        if self.step == 0 and (trainer.val_before_train or trainer.val_only):
+            metrics = self.validate()
+            if metrics:
+                c.tracker.log(metrics, 0)
+        if trainer.val_only:
+            return self.history
+        progress = tqdm(total=c.total_steps, initial=self.step, desc="FlowGRPO", unit="step", dynamic_ncols=True)
+        while self.step < c.total_steps:
+            step = self.step + 1
+            timing: dict[str, float] = {}
+            metrics: dict[str, float] = {}
+            with _timer(timing, "step"):
+                # 1. prompts: the next batch from the seeded, resumable sampler
+                records = c.prompts.next_batch()
+
+                # 2. rollout: n images per prompt, one SDE window for the whole step
+                sampling, start = self._step_sampling(step)
+                with _timer(timing, "gen"):
+                    batch = c.rollout.generate(records, sampling, seed=self.seed + step * _STEP_SEED_STRIDE)
+
+                # 3. the rollout sleeps: the actor gets the devices
+                with _timer(timing, "rollout_sleep"):
+                    c.rollout.sleep()
+
+                # 4. reward: one scalar per image
+                per_sample = [records[int(i)] for i in batch["prompt_index"]]
+                with _timer(timing, "reward"):
+                    rewards, reward_metrics = c.reward.score(batch["images"], per_sample, step=step)
+
+                # 5. group advantages (std over the (B, K) advantage matrix, as verl-omni)
+                with _timer(timing, "adv"):
+                    batch["advantages"] = compute_flow_grpo_advantages(
+                        rewards,
+                        batch["prompt_index"],
+                        norm_adv_by_std_in_grpo=self.config.algorithm.norm_adv_by_std_in_grpo,
+                        global_std=self.config.algorithm.global_std,
+                        std_repeat=self.steps_trained,
+                    )
+
+                # 6. old log-probs: recomputed under the current weights, or the rollout's (bypass mode)
+                if self.bypass:
+                    batch["old_log_probs"] = batch["log_probs"].clone()
+                else:
+                    with _timer(timing, "old_log_prob"):
+                        batch["old_log_probs"] = torch.cat(c.actor.run_split("compute_log_prob", batch))
+                    metrics.update(self._peak_memory("old_log_prob"))
+
+                # 7. reference transition means for the KL term
+                if self.use_kl:
+                    with _timer(timing, "ref"):
+                        ref = torch.cat(c.actor.run_split("compute_ref", batch))
+                    batch["ref_prev_sample_mean"] = ref["ref_prev_sample_mean"]
+                    metrics.update(self._peak_memory("ref"))
+
+                # 8. policy update: one optimizer step per mini-batch
+                with _timer(timing, "update_actor"):
+                    metrics.update(c.actor.run_split("update_policy", batch)[0])
+                metrics.update(self._peak_memory("update_actor"))
+
+                # 9. weight sync: the rollout wakes, actor rank 0 streams the new weights to every server
+                with _timer(timing, "update_weights"):
+                    metrics.update(self._sync_weights(step))
+
+            # 10. validation
+            if trainer.test_freq > 0 and (step % trainer.test_freq == 0 or step == c.total_steps):
+                with _timer(timing, "testing"):
+                    metrics.update(self.validate(step))
+
+            # 11. checkpoint
+            self.step = step
+            if trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step == c.total_steps):
+                with _timer(timing, "save_checkpoint"):
+                    self.save_checkpoint()
+
+            # 12. metrics
+            metrics.update(self._step_metrics(batch, rewards, reward_metrics, start, timing, step))
+            self.history.append(metrics)
+            c.tracker.log(metrics, step)
+            progress.update(1)
+            progress.set_postfix(reward=f"{metrics['critic/rewards/mean']:+.4f}")
+        progress.close()
+        return self.history
+
+    # ---- phases -------------------------------------------------------------------------------------------
+
+    def _step_sampling(self, step: int) -> tuple[DiffusionSamplingConfig, int]:
+        """The step's sampling config with the SDE window pinned to `[start, start + K]`."""
+        sampling = self.train_sampling
+        if not self.window:
+            return sampling, 0
+        r0, r1 = sampling.sde_window_range or (0, sampling.num_inference_steps - 1)
+        rng = np.random.default_rng([self.config.actor_rollout_ref.rollout.algo.sde_window_seed, step])
+        start = int(rng.integers(r0, r1 - self.window + 1))
+        return sampling.evolve(sde_window_range=[start, start + self.window]), start
+
+    def _sync_weights(self, version: int) -> dict[str, float]:
+        """Wake the rollout, push the actor's weights as `version`, check every server serves it."""
+        c = self._components()
+        rollout_cfg = self.config.actor_rollout_ref.rollout
+        c.rollout.wake_up()
+        pushed = c.actor.call(
+            "push_weights",
+            c.rollout.weight_targets(),
+            version,
+            256 << 20,
+            rollout_cfg.weight_sync_timeout_s,
+        )[0]
+        served = c.rollout.weight_versions()
+        stale = {rank: v for rank, v in served.items() if v != version}
+        if stale:
+            raise WeightSyncError(
+                f"rollout server(s) {sorted(stale)} serve weight version(s) {sorted(set(stale.values()))} after the "
+                f"actor pushed version {version}"
+            )
+        self.weight_version = version
+        return {
+            "rollout/weight_version": float(version),
+            "perf/weight_sync_bytes": pushed["bytes"],
+            "timing_s/weight_export": pushed["export_s"],
+            "timing_s/weight_send": pushed["send_s"],
+        }
+
+    def validate(self, step: int | None = None) -> dict[str, float]:
+        """Sample the validation prompts with `rollout.val_kwargs`, score them; keep the images for the grid."""
+        c = self._components()
+        if not c.val_records:
+            return {}
+        step = self.step if step is None else step
+        data = self.config.data
+        images, rewards, offset = [], [], 0
+        for chunk in iter_batches(c.val_records, data.val_batch_size):
+            seed = self.seed + _VAL_SEED_OFFSET + offset * self.val_sampling.n
+            batch = c.rollout.generate(chunk, self.val_sampling, seed=seed)
+            per_sample = [chunk[int(i)] for i in batch["prompt_index"]]
+            scores, _ = c.reward.score(batch["images"], per_sample, step=step)
+            images.append(batch["images"])
+            rewards.append(scores)
+            offset += len(chunk)
+        grid = torch.cat(images)
+        scores = torch.cat(rewards).double()
+        self.val_images[step] = grid
+        n_log = self.config.trainer.log_val_generations
+        if n_log:
+            c.tracker.log_images("val/generations", grid[:n_log], step)
+        return {
+            "val/reward_mean": scores.mean().item(),
+            "val/reward_std": scores.std().item() if scores.numel() > 1 else 0.0,
+        }
+
+    def save_checkpoint(self) -> None:
+        """Save the actor engine and the driver state as `global_step_{step}` (atomically)."""
+        c = self._components()
+        state = {"step": self.step, "sampler": c.prompts.state_dict(), "weight_version": self.weight_version}
+        c.checkpoints.save(self.step, lambda path: c.actor.call("save_checkpoint", path), state)
+
+    def _peak_memory(self, stage: str) -> dict[str, float]:
+        c = self._components()
+        if c.device != "cuda":
+            return {}
+        return {f"perf/max_memory_allocated_gb/{stage}": max(c.actor.call("peak_memory_gb"))}
+
+    def _step_metrics(
+        self,
+        batch: TensorDict,
+        rewards: torch.Tensor,
+        reward_metrics: dict[str, float],
+        start: int,
+        timing: dict[str, float],
+        step: int,
+    ) -> dict[str, float]:
+        c = self._components()
+        r = rewards.double()
+        adv = batch["advantages"].double()
+        index = batch["prompt_index"]
+        groups = [r[index == g] for g in index.unique()]
+        zero_std = sum(bool((g == g[0]).all()) for g in groups) / len(groups)
+        images = batch.batch_size[0]
+        metrics = {
+            "critic/rewards/mean": r.mean().item(),
+            "critic/rewards/std": r.std().item() if images > 1 else 0.0,
+            "critic/rewards/max": r.max().item(),
+            "critic/rewards/min": r.min().item(),
+            "critic/rewards/zero_std_ratio": zero_std,
+            "critic/advantages/mean": adv.mean().item(),
+            "critic/advantages/max": adv.max().item(),
+            "critic/advantages/min": adv.min().item(),
+            "rollout/sde_window_start": float(start),
+            "training/global_step": float(step),
+            "training/epoch": float(c.prompts.epoch),
+            "perf/images_per_step": float(images),
+            "perf/throughput": images / timing["step"],
+        }
+        metrics.update({f"reward/{k}": v for k, v in reward_metrics.items()})
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        for key in ("gen", "reward", "old_log_prob", "ref", "update_actor"):
+            if key in timing:
+                metrics[f"timing_per_image_ms/{key}"] = 1000 * timing[key] / images
+        return metrics
+
+    # ---- cleanup ------------------------------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Close the trackers and the reward scorer, stop every worker (safe to call twice)."""
+        c, self.c = self.c, None
+        if c is None:
+            return
+        for close in (c.tracker.close, c.reward.close, c.release):
+            try:
+                close()
+            except Exception as e:  # cleanup must reach every part
+                logger.warning("cleanup: %s", e)
+
+    def _components(self) -> TrainerComponents:
+        if self.c is None:
+            raise RuntimeError("FlowGRPOTrainer: call setup() first")
+        return self.c
+
+
+@contextlib.contextmanager
+def _timer(timing: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+

@@ -1,0 +1,155 @@
+"""Metrics trackers of a run: `metrics.jsonl` (always), console, TensorBoard and wandb (offline by default).
+
+`check_loggers` runs at start-up (before Ray): a tracker whose package is missing is an error naming the extra
+that installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["CONSOLE_KEYS", "Tracking", "check_loggers", "image_grid"]
+
+_EXTRAS = {"tensorboard": ("tensorboard", "verl-omni[tensorboard]"), "wandb": ("wandb", "verl-omni[wandb]")}
+
+CONSOLE_KEYS = (
+    ("critic/rewards/mean", "reward", "{:+.5f}"),
+    ("val/reward_mean", "val_reward", "{:+.5f}"),
+    ("actor/pg_loss", "pg_loss", "{:+.3e}"),
+    ("actor/pg_clipfrac", "clipfrac", "{:.3f}"),
+    ("actor/ppo_kl", "ppo_kl", "{:+.2e}"),
+    ("actor/rollout_logprob_diff_max", "lp_gap", "{:.1e}"),
+    ("actor/grad_norm", "grad_norm", "{:.3f}"),
+    ("timing_s/step", "step_s", "{:.1f}"),
+)
+"""(metric, label, format) of the one console line per step."""
+
+
+def check_loggers(loggers: list[str]) -> None:
+    """Import every tracker's package now.
+
+    Raises:
+        ImportError: `trainer.logger` names a tracker whose package is missing (names the pip extra).
+    """
+    import importlib
+
+    for name in loggers:
+        if name in _EXTRAS:
+            module, extra = _EXTRAS[name]
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                raise ImportError(
+                    f"trainer.logger: {name!r} needs the {module!r} package; install it with `pip install {extra}` "
+                    f"or remove {name!r} from trainer.logger"
+                ) from e
+
+
+def image_grid(images: torch.Tensor, cols: int | None = None, scale: int = 1) -> Any:
+    """uint8 images `(B, 3, H, W)` as one PIL image, `cols` per row (default: all in one row)."""
+    from PIL import Image
+
+    b, _, h, w = images.shape
+    cols = max(1, min(cols or b, b))
+    rows = (b + cols - 1) // cols
+    grid = Image.new("RGB", (cols * w, rows * h), "white")
+    for i, img in enumerate(images):
+        grid.paste(Image.fromarray(img.permute(1, 2, 0).cpu().numpy()), ((i % cols) * w, (i // cols) * h))
+    if scale > 1:
+        grid = grid.resize((grid.width * scale, grid.height * scale), Image.NEAREST)
+    return grid
+
+
+class Tracking:
+    """Send each step's metrics to `metrics.jsonl` and the trackers named in `trainer.logger`.
+
+    Args:
+        loggers (`list[str]`): `console`, `tensorboard`, `wandb`.
+        run_dir (`pathlib.Path`): `metrics.jsonl`, `tensorboard/` and `wandb/` go here.
+        project (`str`), experiment (`str`): tracker project and run names.
+        config (`dict`): the run's config, stored with wandb.
+        write (`Callable[[str], None]`, *optional*): how console lines are printed (e.g. `tqdm.write`).
+    """
+
+    def __init__(
+        self,
+        loggers: list[str],
+        run_dir: pathlib.Path,
+        *,
+        project: str,
+        experiment: str,
+        config: dict[str, Any] | None = None,
+        write: Callable[[str], None] = print,
+    ) -> None:
+        check_loggers(loggers)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = run_dir
+        self.console = "console" in loggers
+        self.write = write
+        self.jsonl_path = run_dir / "metrics.jsonl"
+        self._jsonl = open(self.jsonl_path, "a")  # noqa: SIM115 - closed in close()
+        self._tb = None
+        self._wandb = None
+        if "tensorboard" in loggers:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        if "wandb" in loggers:
+            import wandb
+
+            os.environ.setdefault("WANDB_MODE", "offline")
+            self._wandb = wandb.init(project=project, name=experiment, dir=str(run_dir), config=config or {})
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """Write `metrics` of `step` to every tracker (one jsonl object, one console line)."""
+        row = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
+        self._jsonl.write(json.dumps(row) + "\n")
+        self._jsonl.flush()
+        if self.console:
+            parts = [f"step {step}"]
+            parts += [f"{label} {fmt.format(metrics[key])}" for key, label, fmt in CONSOLE_KEYS if key in metrics]
+            self.write(" | ".join(parts))
+        if self._tb is not None:
+            for key, value in metrics.items():
+                self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(dict(metrics), step=step)
+
+    def log_images(self, tag: str, images: torch.Tensor, step: int) -> None:
+        """Log uint8 images `(B, 3, H, W)` as one grid to TensorBoard and wandb."""
+        import numpy as np
+
+        grid = np.asarray(image_grid(images))
+        if self._tb is not None:
+            self._tb.add_image(tag, grid, step, dataformats="HWC")
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.log({tag: wandb.Image(grid)}, step=step)
+
+    def close(self) -> None:
+        """Flush and close every tracker."""
+        if not self._jsonl.closed:
+            self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value

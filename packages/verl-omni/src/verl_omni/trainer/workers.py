@@ -1,0 +1,324 @@
+"""`ActorWorker`: one rank of the actor (and reference) engine as a Ray actor; `ActorGroup` drives all ranks.
+
+Every rank builds a `DiffusersFSDPEngine` on its device and joins one torch.distributed group (gloo on the CPU,
+NCCL on GPUs) through `RANK` / `WORLD_SIZE` / `MASTER_ADDR` / `MASTER_PORT`. With LoRA the reference policy is the
+same engine with the adapters disabled; with full fine-tuning a second, `forward_only` engine holds the frozen
+weights. The driver splits each batch evenly over the ranks and bounds every call by `trainer.worker_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
+
+__all__ = ["ActorGroup", "ActorWorker", "WorkerError"]
+
+_DROP_FOR_ACTOR = ("images",)
+
+
+class WorkerError(RuntimeError):
+    """An actor worker died, hung or failed; the message names the rank, its node and the call."""
+
+
+class ActorWorker:
+    """One actor rank: the FSDP2 engine (plus the reference engine for full fine-tuning with KL).
+
+    Args:
+        model (`DiffusionModelConfig`): the model (its `path` already resolved to a folder).
+        actor (`DiffusionActorConfig`): the actor's update settings.
+        ref (`DiffusionRefConfig`, *optional*): the reference's settings; built only when the KL term needs a
+            separate frozen engine (full fine-tuning with `actor.use_kl_loss`).
+        rank (`int`), world_size (`int`): this rank and the number of ranks.
+        device (`str`): `"cuda"` or `"cpu"`.
+        sde_type (`str`), cps_logprob (`str`): the rollout's SDE settings the log-probs are scored with.
+        threads (`int`, *optional*): torch CPU threads.
+        nccl_timeout (`int`): seconds of the process-group timeout.
+    """
+
+    def __init__(
+        self,
+        model: DiffusionModelConfig,
+        actor: DiffusionActorConfig,
+        ref: DiffusionRefConfig | None,
+        *,
+        rank: int,
+        world_size: int,
+        device: str,
+        sde_type: str = "sde",
+        cps_logprob: str = "exact",
+        threads: int | None = None,
+        nccl_timeout: int = 600,
+    ) -> None:
+        self.model_config, self.actor_config, self.ref_config = model, actor, ref
+        self.rank, self.world_size, self.device = rank, world_size, device
+        self.sde_type, self.cps_logprob = sde_type, cps_logprob
+        self.nccl_timeout = nccl_timeout
+        if threads:
+            torch.set_num_threads(threads)
+        self.engine: Any = None
+        self.ref_engine: Any = None
+
+    # ---- start-up -----------------------------------------------------------------------------------------
+
+    def node_info(self, port_range: Sequence[int] = (20000, 30000)) -> dict[str, Any]:
+        """This rank's node IP, hostname, pid and a free port in `port_range` (rank 0's is the master port)."""
+        import ray
+
+        return {
+            "ip": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "port": _free_port(*port_range),
+        }
+
+    def init_engine(self, master_addr: str, master_port: int) -> dict[str, Any]:
+        """Join the process group and build the engine(s); a collective over all ranks."""
+        from verl_omni.engine import DiffusersFSDPEngine
+        from verl_omni.engine.distributed import ensure_process_group
+
+        os.environ.update(
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK="0",  # Ray gives each worker its own device(s): the first visible one is ours
+            MASTER_ADDR=master_addr,
+            MASTER_PORT=str(master_port),
+        )
+        device = torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
+        ensure_process_group(device, timeout_s=float(self.nccl_timeout))
+        kwargs = {"sde_type": self.sde_type, "cps_logprob": self.cps_logprob, "device": device}
+        self.engine = DiffusersFSDPEngine.from_pretrained(self.model_config, self.actor_config, **kwargs)
+        if self.ref_config is not None:
+            ref_actor = DiffusionActorConfig(
+                rollout_n=self.actor_config.rollout_n,
+                ppo_mini_batch_size=self.actor_config.ppo_mini_batch_size,
+                log_prob_micro_batch_size_per_gpu=self.ref_config.log_prob_micro_batch_size_per_gpu
+                or self.actor_config.log_prob_micro_batch_size_per_gpu
+                or self.actor_config.ppo_micro_batch_size_per_gpu,
+                fsdp_config=self.ref_config.fsdp_config.evolve(forward_only=True),
+            )
+            ref_model = self.model_config.evolve(lora_rank=0, lora_adapter_path=None)
+            self.ref_engine = DiffusersFSDPEngine.from_pretrained(ref_model, ref_actor, **kwargs)
+        return {
+            "num_lora_modules": self.engine.num_lora_modules,
+            "num_sharded_blocks": self.engine.num_sharded_blocks,
+            "device": str(device),
+        }
+
+    # ---- the step -----------------------------------------------------------------------------------------
+
+    def compute_log_prob(self, batch: TensorDict) -> torch.Tensor:
+        """Old log-probs `(b, K)` of this rank's share of the batch, on the CPU."""
+        return self.engine.compute_log_prob(batch)["old_log_probs"].cpu()
+
+    def compute_ref(self, batch: TensorDict) -> TensorDict:
+        """Reference `ref_log_probs` and `ref_prev_sample_mean` of this rank's share, on the CPU."""
+        engine = self.ref_engine if self.ref_engine is not None else self.engine
+        return engine.compute_ref_log_prob(batch).to("cpu")
+
+    def update_policy(self, batch: TensorDict) -> dict[str, float]:
+        """The FlowGRPO update on this rank's share; metrics are already averaged over ranks."""
+        return self.engine.update_policy(batch)
+
+    def push_weights(self, targets: list[Any], version: int, bucket_bytes: int, timeout_s: float) -> dict[str, float]:
+        """Gather the trainable weights (a collective) and, on rank 0, stream them to every rollout server.
+
+        Args:
+            targets (`list`): rollout servers: HTTP addresses (`RolloutClient.update_weights`) or Ray actor handles
+                with an `update_weights(weights, version, peft_config)` method.
+            version (`int`): the new weight version.
+            bucket_bytes (`int`): bucket size of the HTTP stream.
+            timeout_s (`float`): bound of each server's update.
+
+        Returns:
+            `{"bytes": ..., "export_s": ..., "send_s": ...}` (rank 0; zeros elsewhere).
+        """
+        start = time.perf_counter()
+        weights = self.engine.export_weights()
+        export_s = time.perf_counter() - start
+        if self.rank != 0:
+            return {"bytes": 0.0, "export_s": export_s, "send_s": 0.0}
+        peft_config = self._peft_config() if self.engine.use_lora else None
+        size = float(sum(t.numel() * t.element_size() for t in weights.values()))
+        start = time.perf_counter()
+        if targets and isinstance(targets[0], str):
+            asyncio.run(_push_http(targets, weights, version, peft_config, bucket_bytes, timeout_s))
+        else:
+            import ray
+
+            ray.get([t.update_weights.remote(weights, version, peft_config) for t in targets], timeout=timeout_s)
+        return {"bytes": size, "export_s": export_s, "send_s": time.perf_counter() - start}
+
+    def _peft_config(self) -> dict[str, Any]:
+        cfg = self.model_config
+        return {
+            "r": cfg.lora_rank,
+            "lora_alpha": cfg.lora_alpha,
+            "target_modules": cfg.target_modules,
+            "exclude_modules": cfg.exclude_modules,
+        }
+
+    def save_checkpoint(self, path: str) -> None:
+        """Save the actor engine's DCP checkpoint under `path` (a collective)."""
+        self.engine.save_checkpoint(path)
+
+    def load_checkpoint(self, path: str) -> int:
+        """Load the actor engine's checkpoint from `path` (a collective); return its optimizer step."""
+        return self.engine.load_checkpoint(path)
+
+    def state_fingerprint(self) -> dict[str, Any]:
+        """Full copies of the trainable parameters and the AdamW state (for tests; a collective)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+        model = get_model_state_dict(self.engine.module, options=opts)
+        optim = get_optimizer_state_dict(self.engine.module, self.engine.optimizer, options=opts)
+        return {"model": model, "optim": optim["state"], "step": self.engine.global_step}
+
+    def peak_memory_gb(self) -> float:
+        """Peak accelerator memory since the last call, in GiB (0 on the CPU); resets the counter."""
+        if self.device != "cuda":
+            return 0.0
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.reset_peak_memory_stats()
+        return peak
+
+
+async def _push_http(
+    addresses: list[str],
+    weights: dict[str, torch.Tensor],
+    version: int,
+    peft_config: dict[str, Any] | None,
+    bucket_bytes: int,
+    timeout_s: float,
+) -> None:
+    from verl_core.rollout.client import RolloutClient
+
+    kind = "lora" if peft_config is not None else "full"
+    clients = [RolloutClient(a, rank=r, weight_timeout_s=timeout_s) for r, a in enumerate(addresses)]
+    try:
+        await asyncio.gather(
+            *(
+                c.update_weights(weights, version=version, kind=kind, peft_config=peft_config, bucket_bytes=bucket_bytes)
+                for c in clients
+            )
+        )
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+
+
+def _free_port(low: int, high: int) -> int:
+    import random
+
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    for _ in range(200):
+        port = rng.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"trainer.ray_master_port_range: no free port in [{low}, {high}] after 200 tries")
+
+
+class ActorGroup:
+    """The driver's handle on every actor rank: splits batches, gathers results, names a failed rank.
+
+    Args:
+        handles (`list`): Ray actor handles of `ActorWorker`, rank order.
+        nodes (`list[dict]`): `node_info` of each rank (for messages).
+        timeout_s (`float`): bound of every call (`trainer.worker_timeout_s`).
+    """
+
+    def __init__(self, handles: list[Any], nodes: list[dict[str, Any]], timeout_s: float) -> None:
+        self.handles, self.nodes, self.timeout_s = handles, nodes, timeout_s
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return len(self.handles)
+
+    def call(self, method: str, *args: Any, per_rank: Sequence[tuple] | None = None, timeout_s: float | None = None) -> list:
+        """Call `method` on every rank (same args, or `per_rank[r]`) and return the results in rank order.
+
+        Raises:
+            WorkerError: a rank died, raised, or did not answer within the timeout (names the rank and node).
+        """
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        refs = [
+            getattr(h, method).remote(*(per_rank[r] if per_rank is not None else args))
+            for r, h in enumerate(self.handles)
+        ]
+        limit = timeout_s if timeout_s is not None else self.timeout_s
+        deadline = time.monotonic() + limit
+        pending = list(refs)
+        while pending:  # wait for all, but fail at the first rank that dies or raises
+            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not done:
+                late = [self._who(refs.index(p)) for p in pending]
+                raise WorkerError(
+                    f"actor worker {', '.join(late)} did not finish {method} within {limit:g} s "
+                    "(trainer.worker_timeout_s); it is hung or too slow"
+                )
+            rank = refs.index(done[0])
+            try:
+                ray.get(done[0])
+            except RayActorError as e:
+                raise WorkerError(f"actor worker {self._who(rank)} died during {method}: {_first_line(e)}") from e
+            except RayTaskError as e:
+                raise WorkerError(f"actor worker {self._who(rank)} failed in {method}: {_first_line(e)}") from e
+        try:
+            return ray.get(refs, timeout=1.0)
+        except GetTimeoutError as e:  # pragma: no cover - all refs are done here
+            raise WorkerError(f"actor workers: results of {method} unavailable") from e
+
+    def split(self, batch: TensorDict) -> list[TensorDict]:
+        """Contiguous, equal shares of `batch` (images dropped), one per rank."""
+        batch = batch.exclude(*_DROP_FOR_ACTOR)
+        size = batch.batch_size[0]
+        if size % self.world_size:
+            raise ValueError(f"batch of {size} samples does not split over {self.world_size} actor ranks")
+        share = size // self.world_size
+        return [batch[r * share : (r + 1) * share] for r in range(self.world_size)]
+
+    def run_split(self, method: str, batch: TensorDict) -> list:
+        """Call `method(share_r)` on each rank `r`."""
+        return self.call(method, per_rank=[(share,) for share in self.split(batch)])
+
+    def _who(self, rank: int) -> str:
+        node = self.nodes[rank] if rank < len(self.nodes) else {}
+        return f"rank {rank} (node {node.get('ip', '?')}, pid {node.get('pid', '?')})"
+
+    def shutdown(self) -> None:
+        """Kill every rank."""
+        import ray
+
+        for handle in self.handles:
+            try:
+                ray.kill(handle)
+            except Exception:  # already dead
+                pass
+        self.handles = []
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    # Ray's task errors end with the original exception line; keep it and the first line
+    if len(lines) > 2:
+        return f"{lines[0].strip()} ... {lines[-1].strip()}"
+    return " ".join(line.strip() for line in lines) or type(error).__name__
