@@ -89,9 +89,6 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
         ValueError: an empty training set.
     """
     check_loggers(config.trainer.logger)
-    folder = resolve_model_path(config.actor_rollout_ref.model.path)
-    arr = config.actor_rollout_ref
-    config = config.evolve(actor_rollout_ref=arr.evolve(model=arr.model.evolve(path=str(folder))))
     train_set = PromptDataset.from_config(config.data, "train")
     if len(train_set) < config.data.train_batch_size:
         raise ValueError(
@@ -99,6 +96,9 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
             f"{config.data.train_batch_size}"
         )
     val_set = PromptDataset.from_config(config.data, "val")
+    folder = resolve_model_path(config.actor_rollout_ref.model.path)
+    arr = config.actor_rollout_ref
+    config = config.evolve(actor_rollout_ref=arr.evolve(model=arr.model.evolve(path=str(folder))))
     return Prepared(config, train_set, val_set)
 
 
