@@ -1,0 +1,90 @@
+"""Trackers (`metrics.jsonl`, console, TensorBoard) and the end-of-run report."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from verl_omni.trainer.report import learning_margin, read_metrics, write_reward_curve, write_sample_grid
+from verl_omni.trainer.tracking import Tracking, check_loggers
+
+
+def test_jsonl_and_console_line(tmp_path):
+    lines = []
+    tracker = Tracking(["console"], tmp_path, project="p", experiment="e", write=lines.append)
+    tracker.log({"critic/rewards/mean": -0.5, "actor/pg_clipfrac": 0.25, "other": 1.0}, step=1)
+    tracker.log({"critic/rewards/mean": float("nan")}, step=2)
+    tracker.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0] == {"step": 1, "actor/pg_clipfrac": 0.25, "critic/rewards/mean": -0.5, "other": 1.0}
+    assert rows[1]["critic/rewards/mean"] == "nan"
+    assert lines[0] == "step 1 | reward -0.50000 | clipfrac 0.250"
+
+
+def test_tensorboard_writes_event_files(tmp_path):
+    pytest.importorskip("tensorboard")
+    tracker = Tracking(["tensorboard"], tmp_path, project="p", experiment="e")
+    tracker.log({"critic/rewards/mean": 1.0}, step=1)
+    tracker.log_images("val/generations", torch.zeros(2, 3, 8, 8, dtype=torch.uint8), step=1)
+    tracker.close()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("critic/rewards/mean")] == [1.0]
+    assert events.Tags()["images"] == ["val/generations"]
+
+
+def test_a_missing_tracker_package_names_the_extra(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_wandb(name, *args, **kwargs):
+        if name == "wandb":
+            raise ImportError("No module named 'wandb'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    monkeypatch.setattr("importlib.import_module", lambda name: no_wandb(name))
+    with pytest.raises(ImportError, match=r"trainer\.logger: 'wandb' needs .*pip install verl-omni\[wandb\]"):
+        check_loggers(["console", "wandb"])
+
+
+def _rows(means, std=0.02, images=8):
+    return [
+        {"step": i + 1, "critic/rewards/mean": m, "critic/rewards/std": std, "perf/images_per_step": images}
+        for i, m in enumerate(means)
+    ]
+
+
+def test_learning_margin_in_standard_errors():
+    margin = learning_margin(_rows([0.0, 0.0, 0.0, 0.1, 0.1, 0.1]))
+    se_step = 0.02 / math.sqrt(8)
+    se = math.sqrt(2 * 3 * se_step**2) / 3
+    assert margin["diff"] == pytest.approx(0.1) and margin["se"] == pytest.approx(se)
+    assert margin["margin"] == pytest.approx(0.1 / se)
+    assert learning_margin(_rows([0.0] * 5)) is None
+
+
+def test_read_metrics_keeps_the_last_row_of_a_step(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n{"step": 2, "a": 3}\n')
+    assert read_metrics(path) == [{"step": 1, "a": 1}, {"step": 2, "a": 3}]
+
+
+def test_reward_curve_and_sample_grid_pngs(tmp_path):
+    from PIL import Image
+
+    rows = _rows([0.0, 0.05, 0.1]) + [{"step": 3, "val/reward_mean": 0.2}]
+    curve = write_reward_curve(rows, tmp_path / "curve.png")
+    assert Image.open(curve).size == (720, 420)
+    first = torch.zeros(3, 3, 4, 4, dtype=torch.uint8)
+    last = torch.full((3, 3, 4, 4), 255, dtype=torch.uint8)
+    grid = Image.open(write_sample_grid({0: first, 5: last}, tmp_path / "grid.png", scale=1))
+    assert grid.size == (12, 8)
+    assert grid.getpixel((0, 0)) == (0, 0, 0) and grid.getpixel((0, 4)) == (255, 255, 255)
+    assert write_sample_grid({}, tmp_path / "none.png") is None
