@@ -1,0 +1,113 @@
+"""Shared helpers of the trainer tests: one local Ray per module, and a tiny, fast trainer run in-process."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+FAST = [
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.rollout.pipeline.height=32",
+    "actor_rollout_ref.rollout.pipeline.width=32",
+    "actor_rollout_ref.rollout.pipeline.num_inference_steps=3",
+    "actor_rollout_ref.rollout.pipeline.max_sequence_length=16",
+    "actor_rollout_ref.rollout.algo.sde_window_size=1",
+    "actor_rollout_ref.rollout.algo.sde_window_range=[0,2]",
+    "actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=3",
+    "data.train_batch_size=2",
+    "trainer.cpu_threads_per_worker=1",
+    "trainer.val_before_train=true",
+    "trainer.test_freq=-1",
+    "trainer.logger=[console]",
+    "trainer.worker_timeout_s=300",
+    "trainer.ray_wait_register_center_timeout=300",
+]
+"""Overrides of the `quickstart` config that make a step take about a second on the tiny model."""
+
+
+@dataclasses.dataclass
+class TrainerRun:
+    """What a finished (or failed) in-process run left behind."""
+
+    history: list[dict[str, float]]
+    val_images: dict[int, Any]
+    fingerprint: dict[str, Any] | None
+    error: BaseException | None
+    run_dir: pathlib.Path
+    ckpt_dir: pathlib.Path
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def run_trainer(
+    model_path: pathlib.Path,
+    folder: pathlib.Path,
+    overrides: list[str],
+    *,
+    fingerprint: bool = False,
+    wrap: Callable[[Any], None] | None = None,
+) -> TrainerRun:
+    """Run the trainer in-process on the running Ray (quickstart config + `FAST` + `overrides`)."""
+    from verl_omni.trainer.components import build_components, preflight
+    from verl_omni.trainer.config import load_config
+    from verl_omni.trainer.flow_grpo_trainer import FlowGRPOTrainer
+
+    run_dir, ckpt_dir = folder / "run", folder / "ckpt"
+    config = load_config(
+        [
+            f"actor_rollout_ref.model.path={model_path}",
+            *FAST,
+            f"trainer.run_dir={run_dir}",
+            f"trainer.default_local_dir={ckpt_dir}",
+            *overrides,
+        ],
+        config_name="quickstart",
+    )
+    trainer = FlowGRPOTrainer(preflight(config).config)
+    components = build_components(preflight(config), write=lambda _: None)
+    if wrap is not None:
+        wrap(components)
+    error, prints = None, None
+    try:
+        trainer.setup(components)
+        trainer.train()
+        if fingerprint:
+            prints = components.actor.call("state_fingerprint")[0]
+    except Exception as e:  # the caller checks it
+        error = e
+    finally:
+        trainer.cleanup()
+    return TrainerRun(trainer.history, trainer.val_images, prints, error, run_dir, ckpt_dir)
+
+
+def same_metrics(a: dict[str, float], b: dict[str, float]) -> list[str]:
+    """Keys whose values differ, timings and throughput excepted."""
+    skip = ("timing_s/", "timing_per_image_ms/", "perf/throughput")
+    keys = sorted(set(a) | set(b))
+    return [k for k in keys if not k.startswith(skip) and a.get(k) != b.get(k)]
+
+
+@pytest.fixture
+def trainer_run(tiny_qwen_image_path) -> Callable[..., TrainerRun]:
+    """`trainer_run(folder, overrides, fingerprint=False, wrap=None)` on the session's tiny Qwen-Image."""
+
+    def call(folder: pathlib.Path, overrides: list[str], **kwargs: Any) -> TrainerRun:
+        return run_trainer(tiny_qwen_image_path, folder, overrides, **kwargs)
+
+    return call
+
+
+@pytest.fixture
+def metric_diff() -> Callable[[dict, dict], list[str]]:
+    """`metric_diff(a, b)`: keys whose values differ, timings excepted."""
+    return same_metrics
