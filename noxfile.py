@@ -140,8 +140,10 @@ def packaging(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the MkDocs (Material) site with --strict into site/."""
+    """Check the generated config reference is current, then build the MkDocs site with --strict into site/."""
     session.install("mkdocs>=1.6,<2", "mkdocs-material>=9.5,<10")
+    session.install(*CONSTRAINTS, "-e", "packages/verl-core", "-e", "packages/verl-omni")
+    session.run("python", ".ci/gen_config_reference.py", "--check")  # the generated config reference is current
     session.run(
         "mkdocs",
         "build",
@@ -155,9 +157,10 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def quickstart(session: nox.Session) -> None:
-    """Install verl-omni on its embedded default and run the quickstart (see README)."""
-    session.install(*CONSTRAINTS, "-e", "packages/verl-core", "-e", "packages/verl-omni", "matplotlib", "tqdm")
-    session.run("python", "examples/quickstart.py", *session.posargs)
+    """Install verl-omni and run `verl-omni-train` with no arguments: the quickstart (posargs: overrides)."""
+    session.install(*CONSTRAINTS, "-e", "packages/verl-core", "-e", "packages/verl-omni")
+    args = ["--config-name", "quickstart", *session.posargs] if session.posargs else []
+    session.run("verl-omni-train", *args)
 
 
 @nox.session(default=False)

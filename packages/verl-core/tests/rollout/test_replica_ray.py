@@ -59,3 +59,37 @@ def test_replica_placement_timeout_names_the_key(ray_cluster, tiny_llm_path):
 
     with pytest.raises(TimeoutError, match=r"placing 1 servers with .*'GPU': 1.* \(rollout\.launch_timeout_s\)"):
         run(scenario())
+
+
+def test_replica_places_servers_in_the_callers_bundles_with_fractional_resources(ray_cluster, tiny_llm_path):
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 1}], strategy="PACK")
+    ray.get(group.ready(), timeout=60)
+    replica = RolloutReplica(
+        RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu"),
+        placement=[(group, 0)],
+        num_cpus=0.5,
+        name_prefix="colocated",
+    )
+
+    async def scenario():
+        try:
+            await replica.launch()
+            left = ray.available_resources().get(f"CPU_group_0_{group.id.hex()}")
+            response = await replica.generate(REQUEST)
+            return left, response
+        finally:
+            await replica.shutdown()
+
+    left, response = run(scenario())
+    assert left == 0.5  # the server holds half of the caller's bundle
+    assert response["server_rank"] == 0
+    assert replica._placement_group is None  # the caller's group is not the replica's to free
+    remove_placement_group(group)
+
+
+def test_replica_placement_list_must_match_num_servers(tiny_llm_path):
+    config = RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu")
+    with pytest.raises(ValueError, match=r"placement: 1 bundles for num_servers=2"):
+        RolloutReplica(config, num_servers=2, placement=[(None, 0)])

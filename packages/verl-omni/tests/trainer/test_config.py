@@ -188,3 +188,15 @@ def test_tiny_model_path_is_built_once_and_cached(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"actor_rollout_ref\.model\.path='tiny://qwen_image/huge'"):
         resolve_model_path("tiny://qwen_image/huge")
     assert pathlib.Path(folder).name == "qwen_image-tiny-seed0"
+
+
+def test_config_reference_page_is_up_to_date():
+    import importlib.util
+
+    root = pathlib.Path(__file__).resolve().parents[4]
+    spec = importlib.util.spec_from_file_location("gen_config_reference", root / ".ci" / "gen_config_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = root / "docs" / "omni" / "config_reference.md"
+    assert page.read_text() == module.render(), "stale: run `python .ci/gen_config_reference.py`"
+    assert "| `worker_timeout_s` | float | `1800.0` |" in page.read_text()

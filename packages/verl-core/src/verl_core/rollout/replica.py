@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -109,23 +109,49 @@ class RolloutRouter:
 class RolloutReplica:
     """N rollout servers of one backend as Ray actors in a placement group, behind a `RolloutRouter`.
 
+    By default the replica creates its own placement group (one bundle per server). A trainer that colocates
+    servers with its own workers passes `placement` instead: server `r` goes into bundle `placement[r]` of the
+    caller's placement group and asks for `num_cpus` / `num_gpus` of it (fractions share a bundle, e.g. 0.5 GPU
+    beside a training rank on the same device); the caller keeps and frees that placement group.
+
     Args:
         config (`RolloutConfig`): server config; `config.name` picks the backend.
         num_servers (`int`, *optional*, defaults to `1`): servers (ranks 0..N-1).
         use_gpu (`bool`, *optional*): one bundle of `tensor_model_parallel_size` GPUs per server; default:
             when the Ray cluster has enough GPUs.
         name_prefix (`str`, *optional*, defaults to `"verl"`): actor names are `{prefix}_server_{rank}`.
+        placement (`list[tuple[PlacementGroup, int]]`, *optional*): `(placement_group, bundle_index)` per server.
+        num_cpus (`float`, *optional*, defaults to `1.0`): CPUs each server asks for.
+        num_gpus (`float`, *optional*): GPUs each server asks for; default `tensor_model_parallel_size` on GPUs.
+
+    Raises:
+        ValueError: `num_servers < 1`, a `placement` list of another length, or a negative resource.
     """
 
     def __init__(
-        self, config: RolloutConfig, *, num_servers: int = 1, use_gpu: bool | None = None, name_prefix: str = "verl"
+        self,
+        config: RolloutConfig,
+        *,
+        num_servers: int = 1,
+        use_gpu: bool | None = None,
+        name_prefix: str = "verl",
+        placement: Sequence[tuple[Any, int]] | None = None,
+        num_cpus: float = 1.0,
+        num_gpus: float | None = None,
     ) -> None:
         if num_servers < 1:
             raise ValueError(f"num_servers must be >= 1, got {num_servers}")
+        if placement is not None and len(placement) != num_servers:
+            raise ValueError(f"placement: {len(placement)} bundles for num_servers={num_servers}; give one per server")
+        if num_cpus < 0 or (num_gpus is not None and num_gpus < 0):
+            raise ValueError(f"num_cpus / num_gpus must be >= 0, got {num_cpus} / {num_gpus}")
         self.config = config
         self.num_servers = num_servers
         self.use_gpu = use_gpu
         self.name_prefix = name_prefix
+        self.placement = list(placement) if placement is not None else None
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
         self.server_cls = get_backend(config.name)
         self.actors: list[Any] = []
         self.router: RolloutRouter | None = None
@@ -148,18 +174,23 @@ class RolloutReplica:
         use_gpu = self.use_gpu
         if use_gpu is None:
             use_gpu = ray.cluster_resources().get("GPU", 0) >= gpus * self.num_servers
-        bundle = {"CPU": 1, "GPU": gpus} if use_gpu else {"CPU": 1}
-        self._placement_group = placement_group([dict(bundle) for _ in range(self.num_servers)], strategy="PACK")
         timeout = self.config.launch_timeout_s
-        await _within(self._placement_group.ready(), timeout, f"placing {self.num_servers} servers with {bundle} each")
+        slots = self.placement
+        if slots is None:
+            bundle = {"CPU": self.num_cpus, "GPU": gpus} if use_gpu else {"CPU": self.num_cpus}
+            self._placement_group = placement_group([dict(bundle) for _ in range(self.num_servers)], strategy="PACK")
+            what = f"placing {self.num_servers} servers with {bundle} each"
+            await _within(self._placement_group.ready(), timeout, what)
+            slots = [(self._placement_group, rank) for rank in range(self.num_servers)]
+        num_gpus = (gpus if self.num_gpus is None else self.num_gpus) if use_gpu else 0
         remote_cls = ray.remote(self.server_cls)
-        for rank in range(self.num_servers):
-            strategy = PlacementGroupSchedulingStrategy(self._placement_group, placement_group_bundle_index=rank)
+        for rank, (group, index) in enumerate(slots):
+            strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
             self.actors.append(
                 remote_cls.options(
                     name=f"{self.name_prefix}_server_{rank}",
-                    num_cpus=1,
-                    num_gpus=gpus if use_gpu else 0,
+                    num_cpus=self.num_cpus,
+                    num_gpus=num_gpus,
                     scheduling_strategy=strategy,
                     max_concurrency=1000,
                 ).remote(self.config, rank=rank)
