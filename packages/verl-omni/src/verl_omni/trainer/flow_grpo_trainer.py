@@ -22,7 +22,7 @@ from tensordict import TensorDict
 
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.trainer._interim import iter_batches
-from verl_omni.trainer.algos import compute_flow_grpo_advantages
+from verl_omni.algos import compute_flow_grpo_advantages
 from verl_omni.trainer.components import TrainerComponents
 from verl_omni.trainer.config import DiffusionTrainerConfig
 
