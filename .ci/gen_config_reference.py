@@ -71,8 +71,8 @@ def _show(value: Any) -> str:
         return f"`{str(value).lower()}`"
     if dataclasses.is_dataclass(value):
         return "(section)"
-    if isinstance(value, str) and not value:
-        return '`""`'
+    if isinstance(value, str):
+        return f'`"{value}"`'
     return f"`{value}`"
 
 
