@@ -1,7 +1,7 @@
 """Generate docs/omni/config_reference.md from the dataclasses of the `diffusion_trainer` config.
 
-    python .ci/gen_config_reference.py           # rewrite the page
-    python .ci/gen_config_reference.py --check   # exit 1 when the page is stale (the docs session and a test run it)
+python .ci/gen_config_reference.py           # rewrite the page
+python .ci/gen_config_reference.py --check   # exit 1 when the page is stale (the docs session and a test run it)
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def test_every_dataclass_field_has_a_yaml_key():
     def fields(cls, prefix):
         for f in dataclasses.fields(cls):
             path = f"{prefix}.{f.name}" if prefix else f.name
-            sub = f.type if isinstance(f.type, type) else None
+            f.type if isinstance(f.type, type) else None
             yield path
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             if dataclasses.is_dataclass(default):
@@ -146,7 +146,8 @@ def no_ray(monkeypatch):
     [
         (["trainer.totl_epochs=3"], r"trainer\.totl_epochs: unknown key .*Did you mean 'total_epochs'"),
         (["trainer.total_epochs=[1]"], r"trainer\.total_epochs: expected int"),
-        (["--config-name", "quickstart", "actor_rollout_ref.model.path=/nonexistent/model"], r"actor_rollout_ref\.model\.path: /nonexistent/model does not exist"),
+        (["--config-name", "quickstart", "actor_rollout_ref.model.path=/nonexistent/model"],
+         r"actor_rollout_ref\.model\.path: /nonexistent/model does not exist"),
         (["--config-name", "quickstart", "data.train_files=/nonexistent/prompts.txt"], r"/nonexistent/prompts\.txt"),
         (["--config-name", "quickstart", "trainer.logger=[console,wandb]"], r"wandb"),
     ],

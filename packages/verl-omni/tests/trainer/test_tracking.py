@@ -79,7 +79,7 @@ def test_read_metrics_keeps_the_last_row_of_a_step(tmp_path):
 def test_reward_curve_and_sample_grid_pngs(tmp_path):
     from PIL import Image
 
-    rows = _rows([0.0, 0.05, 0.1]) + [{"step": 3, "val/reward_mean": 0.2}]
+    rows = [*_rows([0.0, 0.05, 0.1]), {"step": 3, "val/reward_mean": 0.2}]
     curve = write_reward_curve(rows, tmp_path / "curve.png")
     assert Image.open(curve).size == (720, 420)
     first = torch.zeros(3, 3, 4, 4, dtype=torch.uint8)

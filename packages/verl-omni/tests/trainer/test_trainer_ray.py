@@ -26,7 +26,9 @@ def _assert_state_equal(a: dict, b: dict) -> None:
         assert all(not torch.count_nonzero(v) for k, v in state.items() if k != "step"), param
 
 
-def test_on_policy_first_update_reproducible_runs_and_bit_identical_resume(ray_session, trainer_run, metric_diff, tmp_path):
+def test_on_policy_first_update_reproducible_runs_and_bit_identical_resume(
+    ray_session, trainer_run, metric_diff, tmp_path
+):
     common = ["trainer.test_freq=3"]
     straight = trainer_run(tmp_path / "straight", [*common, "trainer.total_training_steps=3"], fingerprint=True)
     assert straight.error is None, straight.error

@@ -173,7 +173,13 @@ class DiffusionRolloutConfig(BaseConfig):
     algo: AlgoConfig = dataclasses.field(default_factory=AlgoConfig)
     val_kwargs: ValKwargsConfig = dataclasses.field(default_factory=ValKwargsConfig)
 
-    def to_sampling_config(self, *, validate: bool = False) -> DiffusionSamplingConfig:
+    def sampling_config(self, model: str | None) -> DiffusionSamplingConfig:
+        return self._sampling(False)
+
+    def val_sampling_config(self, model: str | None) -> DiffusionSamplingConfig:
+        return self._sampling(True)
+
+    def _sampling(self, validate: bool) -> DiffusionSamplingConfig:
         pipe = {**self.pipeline.to_dict(), **(self.val_kwargs.pipeline if validate else {})}
         algo = {**self.algo.to_dict(), **(self.val_kwargs.algo if validate else {})}
         guidance = pipe["guidance_scale"] if pipe["guidance_scale"] is not None else pipe["true_cfg_scale"]

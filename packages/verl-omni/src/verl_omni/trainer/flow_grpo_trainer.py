@@ -14,15 +14,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl_omni.algos import compute_flow_grpo_advantages
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.trainer._interim import iter_batches
-from verl_omni.algos import compute_flow_grpo_advantages
 from verl_omni.trainer.components import TrainerComponents
 from verl_omni.trainer.config import DiffusionTrainerConfig
 
@@ -64,8 +63,9 @@ class FlowGRPOTrainer:
     def __init__(self, config: DiffusionTrainerConfig) -> None:
         self.config = config
         rollout = config.actor_rollout_ref.rollout
-        self.train_sampling = rollout.to_sampling_config()
-        self.val_sampling = rollout.to_sampling_config(validate=True)
+        model = _adapter_name(config.actor_rollout_ref.model.path)
+        self.train_sampling = rollout.sampling_config(model)
+        self.val_sampling = rollout.val_sampling_config(model)
         self.window = self.train_sampling.sde_window_size
         self.steps_trained = self.window or self.train_sampling.num_inference_steps - 1
         self.seed = rollout.seed or 0
@@ -325,6 +325,19 @@ class FlowGRPOTrainer:
         return self.c
 
 
+def _adapter_name(path: str) -> str | None:
+    """The model adapter name (`qwen_image`, `sd3`) of a pipeline folder; it decides which CFG key applies."""
+    import json
+    import pathlib
+
+    from verl_omni.models import get_class
+
+    index = pathlib.Path(path) / "model_index.json"
+    if not index.is_file():
+        return None
+    return get_class(json.loads(index.read_text())["_class_name"]).name
+
+
 @contextlib.contextmanager
 def _timer(timing: dict[str, float], name: str) -> Iterator[None]:
     start = time.perf_counter()
@@ -332,5 +345,3 @@ def _timer(timing: dict[str, float], name: str) -> Iterator[None]:
         yield
     finally:
         timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
-
-

@@ -84,7 +84,7 @@ class ResourcePool:
 
         trainer = self.config.trainer
         bundle = {"CPU": 1, "GPU": 1} if self.use_gpu else {"CPU": 1}
-        for node in range(trainer.nnodes):
+        for _node in range(trainer.nnodes):
             pg = placement_group([dict(bundle) for _ in range(trainer.n_gpus_per_node)], strategy="STRICT_PACK")
             self.groups.append(pg)
         timeout = trainer.ray_wait_register_center_timeout
@@ -98,9 +98,7 @@ class ResourcePool:
                 f"{bundle} (one node each group) could not be placed within {timeout} s "
                 f"(trainer.ray_wait_register_center_timeout); the cluster has {nodes} node(s) with {have}"
             )
-        self.slots = [
-            Slot(pg, i, node) for node, pg in enumerate(self.groups) for i in range(trainer.n_gpus_per_node)
-        ]
+        self.slots = [Slot(pg, i, node) for node, pg in enumerate(self.groups) for i in range(trainer.n_gpus_per_node)]
         return self.slots
 
     def options(self, slot: Slot, *, share: float = COLOCATED_SHARE) -> dict[str, Any]:

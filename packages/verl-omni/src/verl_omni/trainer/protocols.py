@@ -59,7 +59,9 @@ class RolloutService(Protocol):
 class RewardScorer(Protocol):
     """Scores a step's images."""
 
-    def score(self, images: torch.Tensor, records: Sequence[Any], *, step: int) -> tuple[torch.Tensor, dict[str, float]]:
+    def score(
+        self, images: torch.Tensor, records: Sequence[Any], *, step: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """Rewards `(B,)` float32 for uint8 images `(B, 3, H, W)` and their per-sample records, plus metrics."""
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ loop land; then this class wraps verl-core's `RolloutReplica` placed in the same
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -118,8 +119,6 @@ class ColocatedRollout:
         import ray
 
         for server in self.servers:
-            try:
+            with contextlib.suppress(Exception):  # already dead
                 ray.kill(server)
-            except Exception:  # already dead
-                pass
         self.servers = []

@@ -9,6 +9,7 @@ weights. The driver splits each batch evenly over the ranks and bounds every cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -211,7 +212,9 @@ async def _push_http(
     try:
         await asyncio.gather(
             *(
-                c.update_weights(weights, version=version, kind=kind, peft_config=peft_config, bucket_bytes=bucket_bytes)
+                c.update_weights(
+                    weights, version=version, kind=kind, peft_config=peft_config, bucket_bytes=bucket_bytes
+                )
                 for c in clients
             )
         )
@@ -251,7 +254,9 @@ class ActorGroup:
         """Number of ranks."""
         return len(self.handles)
 
-    def call(self, method: str, *args: Any, per_rank: Sequence[tuple] | None = None, timeout_s: float | None = None) -> list:
+    def call(
+        self, method: str, *args: Any, per_rank: Sequence[tuple] | None = None, timeout_s: float | None = None
+    ) -> list:
         """Call `method` on every rank (same args, or `per_rank[r]`) and return the results in rank order.
 
         Raises:
@@ -309,10 +314,8 @@ class ActorGroup:
         import ray
 
         for handle in self.handles:
-            try:
+            with contextlib.suppress(Exception):  # already dead
                 ray.kill(handle)
-            except Exception:  # already dead
-                pass
         self.handles = []
 
 

@@ -161,4 +161,6 @@ class RayKwargsConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._require("timeline_json_file", self.timeline_json_file is None, "null (timeline dumps are not implemented)")
+        self._require(
+            "timeline_json_file", self.timeline_json_file is None, "null (timeline dumps are not implemented)"
+        )

@@ -61,9 +61,7 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("global_profiler", "the profiler", _key_off("tool")),
     Unsupported("actor_rollout_ref.*.profiler", "the profiler", _key_off("enable")),
     Unsupported("transfer_queue", "the TransferQueue data plane", _key_off("enable")),
-    Unsupported(
-        "skip", "rollout skipping (replaying dumped rollouts)", lambda v: not _nested(v, "rollout", "enable")
-    ),
+    Unsupported("skip", "rollout skipping (replaying dumped rollouts)", lambda v: not _nested(v, "rollout", "enable")),
     Unsupported("distillation", "diffusion distillation", _key_off("enabled")),
     Unsupported("trainer.v1", "verl-omni's v1 (TransferQueue / async) trainer", _always),
     Unsupported("trainer.rollout_data_dir", "dumping rollouts to disk", _falsy),
