@@ -111,3 +111,9 @@ def trainer_run(tiny_qwen_image_path) -> Callable[..., TrainerRun]:
 def metric_diff() -> Callable[[dict, dict], list[str]]:
     """`metric_diff(a, b)`: keys whose values differ, timings excepted."""
     return same_metrics
+
+
+@pytest.fixture
+def fast_overrides() -> list[str]:
+    """The `FAST` overrides (a fresh list)."""
+    return list(FAST)

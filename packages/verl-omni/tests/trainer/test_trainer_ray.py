@@ -76,23 +76,43 @@ class _KillServerAtStep:
         self.inner.close()
 
 
-def test_a_rollout_server_killed_mid_step_fails_naming_it_and_the_last_checkpoint_stays(
-    ray_session, trainer_run, tmp_path
+def test_a_rollout_server_killed_mid_step_exits_1_naming_it_and_the_last_checkpoint_stays(
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, monkeypatch, capsys
 ):
     import time
 
+    from verl_omni.trainer import components as components_module
+    from verl_omni.trainer.main import EXIT_FAILED, run
+
+    real_build = components_module.build_components
+
+    def build_with_killer(prepared, **kwargs):
+        built = real_build(prepared, **kwargs)
+        _KillServerAtStep(built, step=2)
+        return built
+
+    monkeypatch.setattr(components_module, "build_components", build_with_killer)
+    ckpt = tmp_path / "ckpt"
+    argv = [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        *fast_overrides,
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={ckpt}",
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=1",
+        "trainer.val_before_train=false",
+        "actor_rollout_ref.rollout.lifecycle_timeout_s=60",
+    ]
     start = time.monotonic()
-    run = trainer_run(
-        tmp_path,
-        ["trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.val_before_train=false"],
-        wrap=lambda components: _KillServerAtStep(components, step=2),
-    )
-    assert run.error is not None and time.monotonic() - start < 300
-    assert "rollout server rank 0 died" in str(run.error)
-    assert len(run.history) == 1
-    latest = (run.ckpt_dir / "latest_checkpointed_iteration.txt").read_text()
-    assert latest == "1" and (run.ckpt_dir / "global_step_1" / "COMPLETE").is_file()
-    assert not (run.ckpt_dir / "global_step_2").exists()
+    assert run(argv) == EXIT_FAILED
+    assert time.monotonic() - start < 600
+    err = capsys.readouterr().err
+    assert "verl-omni-train: error at step 2: RolloutServiceError: rollout server rank 0 died" in err
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "1"
+    assert (ckpt / "global_step_1" / "COMPLETE").is_file() and not (ckpt / "global_step_2").exists()
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1
 
 
 def test_two_actor_ranks_and_two_servers_finish_steps(ray_session, trainer_run, tmp_path):
