@@ -162,10 +162,11 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
             for rank, slot in enumerate(slots)
         ]
         actor = ActorGroup(handles, [{} for _ in handles], trainer.worker_timeout_s)
-        start_timeout = float(trainer.ray_wait_register_center_timeout)
-        actor.nodes = actor.call("node_info", list(trainer.ray_master_port_range), timeout_s=start_timeout)
+        start = {"timeout_s": float(trainer.ray_wait_register_center_timeout),
+                 "timeout_key": "trainer.ray_wait_register_center_timeout"}  # fmt: skip
+        actor.nodes = actor.call("node_info", list(trainer.ray_master_port_range), **start)
         master = actor.nodes[0]
-        info = actor.call("init_engine", master["ip"], master["port"], timeout_s=start_timeout)
+        info = actor.call("init_engine", master["ip"], master["port"], **start)
         logger.info("actor ranks: %d on %s; %s", len(handles), device, info[0])
         rollout = ColocatedRollout(
             pool,

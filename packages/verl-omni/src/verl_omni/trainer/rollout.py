@@ -58,8 +58,7 @@ class ColocatedRollout:
         self.lifecycle_timeout_s = lifecycle_timeout_s
         remote = ray.remote(InterimRolloutServer)
         self.servers = [
-            remote.options(**pool.options(slot)).remote(model_path, device, dtype, threads)
-            for slot in slots
+            remote.options(**pool.options(slot)).remote(model_path, device, dtype, threads) for slot in slots
         ]
         self._wait([s.ping.remote() for s in self.servers], "launch", launch_timeout_s)
 

@@ -255,9 +255,17 @@ class ActorGroup:
         return len(self.handles)
 
     def call(
-        self, method: str, *args: Any, per_rank: Sequence[tuple] | None = None, timeout_s: float | None = None
+        self,
+        method: str,
+        *args: Any,
+        per_rank: Sequence[tuple] | None = None,
+        timeout_s: float | None = None,
+        timeout_key: str = "trainer.worker_timeout_s",
     ) -> list:
         """Call `method` on every rank (same args, or `per_rank[r]`) and return the results in rank order.
+
+        `timeout_s` (default `trainer.worker_timeout_s`) bounds the whole call; `timeout_key` is the key named
+        when it runs out.
 
         Raises:
             WorkerError: a rank died, raised, or did not answer within the timeout (names the rank and node).
@@ -278,7 +286,7 @@ class ActorGroup:
                 late = [self._who(refs.index(p)) for p in pending]
                 raise WorkerError(
                     f"actor worker {', '.join(late)} did not finish {method} within {limit:g} s "
-                    "(trainer.worker_timeout_s); it is hung or too slow"
+                    f"({timeout_key}); it is hung or too slow"
                 )
             rank = refs.index(done[0])
             try:
