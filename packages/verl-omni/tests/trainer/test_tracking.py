@@ -88,3 +88,13 @@ def test_reward_curve_and_sample_grid_pngs(tmp_path):
     assert grid.size == (12, 8)
     assert grid.getpixel((0, 0)) == (0, 0, 0) and grid.getpixel((0, 4)) == (255, 255, 255)
     assert write_sample_grid({}, tmp_path / "none.png") is None
+
+
+def test_wandb_runs_offline(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the trainer's default when unset
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracker = Tracking(["wandb"], tmp_path, project="p", experiment="e", config={"a": 1})
+    tracker.log({"critic/rewards/mean": 1.0}, step=1)
+    tracker.close()
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
