@@ -142,3 +142,50 @@ def test_lora_binding_no_module_is_an_error_naming_target_modules(ray_session, t
     )
     with pytest.raises(WorkerError, match=r"rank 0 .*init_engine.*target_modules=\['to_qkv'\].*bound no module"):
         build_components(preflight(config))
+
+
+_DYING_REWARD = """
+import os
+
+from verl_omni.reward import jpeg_compressibility
+
+CALLS = {"n": 0}
+
+
+def compute_score(data_source, solution_image, ground_truth, extra_info=None, **kwargs):
+    CALLS["n"] += 1
+    if CALLS["n"] > int(os.environ.get("DIE_AFTER", "4")):  # the 5th image: the first one of step 2
+        os._exit(1)
+    return float(jpeg_compressibility(solution_image)[0])
+"""
+
+
+def test_a_reward_worker_killed_mid_step_exits_1_naming_it_and_the_last_checkpoint_stays(
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, capsys
+):
+    pytest.importorskip("verl_omni.reward.pool", reason="the Ray reward pool is not in this checkout yet")
+    from verl_omni.trainer.main import EXIT_FAILED, run
+
+    (tmp_path / "dying_reward.py").write_text(_DYING_REWARD)
+    ckpt = tmp_path / "ckpt"
+    argv = [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        *fast_overrides,
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={ckpt}",
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=1",
+        "trainer.val_before_train=false",
+        "reward.pool=ray",
+        "reward.num_workers=1",
+        "reward.timeout_s=120",
+        f"reward.custom_reward_function.path={tmp_path / 'dying_reward.py'}",
+        "reward.custom_reward_function.name=compute_score",
+    ]
+    assert run(argv) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "verl-omni-train: error at step 2:" in err and "reward worker" in err
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "1"
+    assert (ckpt / "global_step_1" / "COMPLETE").is_file() and not (ckpt / "global_step_2").exists()
