@@ -153,14 +153,21 @@ class RayRewardPool:
     Args:
         config (`RewardConfig`): `num_workers`, `num_cpus_per_worker` and `timeout_s` are read from it.
         actor_options (`dict`, *optional*): extra `.options(...)` for every actor (e.g. a scheduling strategy).
+        start_timeout_s (`float`, *optional*): how long the actors may take to start; None = `reward.timeout_s`.
 
     Raises:
         RuntimeError: Ray is not initialized.
-        TimeoutError: an actor did not start within `reward.timeout_s`.
+        TimeoutError: an actor did not start within `start_timeout_s`.
         RewardWorkerError: an actor failed to start (its error is in the message).
     """
 
-    def __init__(self, config: RewardConfig, *, actor_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: RewardConfig,
+        *,
+        actor_options: Mapping[str, Any] | None = None,
+        start_timeout_s: float | None = None,
+    ) -> None:
         import ray
 
         if not ray.is_initialized():
@@ -172,7 +179,8 @@ class RayRewardPool:
         self.actors = [remote_cls.options(**options).remote(worker_config, rank) for rank in range(self.num_workers)]
         self._where: dict[int, dict[str, Any]] = {}
         refs = [a.ready.remote() for a in self.actors]
-        for rank, info in self._collect(refs, list(range(self.num_workers)), config.timeout_s, "start"):
+        start_timeout = config.timeout_s if start_timeout_s is None else start_timeout_s
+        for rank, info in self._collect(refs, list(range(self.num_workers)), start_timeout, "start"):
             self._where[rank] = info
 
     def worker_name(self, rank: int) -> str:
