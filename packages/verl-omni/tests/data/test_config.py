@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from omegaconf import OmegaConf
 
-from verl_core.config import ConfigError, omega_conf_to_dataclass
+from verl_core.config import BaseConfig, ConfigError, omega_conf_to_dataclass
 from verl_omni.data import DataConfig
 
 # verl-omni HEAD's `data.*` defaults (diffusion_trainer), tool_config_path's interpolation resolved to null
@@ -45,8 +47,15 @@ VERL_OMNI_DATA = {
 }
 
 
+@dataclasses.dataclass
+class _Root(BaseConfig):
+    """Stands in for the trainer's root config, so errors carry the `data.` prefix."""
+
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+
+
 def _build(data: dict) -> DataConfig:
-    return omega_conf_to_dataclass(OmegaConf.create({"data": data}).data, DataConfig)
+    return omega_conf_to_dataclass(OmegaConf.create({"data": data}), _Root).data
 
 
 def test_verl_omni_data_keys_load():

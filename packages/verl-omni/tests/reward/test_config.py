@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from omegaconf import OmegaConf
 
-from verl_core.config import ConfigError, omega_conf_to_dataclass
+from verl_core.config import BaseConfig, ConfigError, omega_conf_to_dataclass
 from verl_omni.reward import RewardConfig
 
-# verl-omni HEAD's `reward.*` defaults (diffusion_trainer), `_target_`s and the reward-model rollout trimmed
+# verl-omni HEAD's `reward.*` defaults (diffusion_trainer); `_target_`s dropped, the reward-model rollout trimmed and
+# its mandatory `name: ???` filled in (the builder refuses missing values)
 VERL_OMNI_REWARD = {
     "reward_model": {
         "enable": False,
@@ -16,7 +19,7 @@ VERL_OMNI_REWARD = {
         "n_gpus_per_node": 8,
         "nnodes": 0,
         "model_path": None,
-        "rollout": {"name": "???", "dtype": "bfloat16", "tensor_model_parallel_size": 2},
+        "rollout": {"name": "vllm", "dtype": "bfloat16", "tensor_model_parallel_size": 2},
     },
     "num_workers": 8,
     "custom_reward_function": {"path": None, "name": "compute_score"},
@@ -31,8 +34,15 @@ VERL_OMNI_REWARD = {
 }
 
 
+@dataclasses.dataclass
+class _Root(BaseConfig):
+    """Stands in for the trainer's root config, so errors carry the `reward.` prefix."""
+
+    reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
+
+
 def _build(reward: dict) -> RewardConfig:
-    return omega_conf_to_dataclass(OmegaConf.create({"reward": reward}).reward, RewardConfig)
+    return omega_conf_to_dataclass(OmegaConf.create({"reward": reward}), _Root).reward
 
 
 def test_verl_omni_reward_keys_load():

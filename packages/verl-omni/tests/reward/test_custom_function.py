@@ -171,7 +171,7 @@ def test_wrong_signatures_are_rejected_at_load(write_reward_file):
     fn = load_reward_function(path, "needs_model", reward_kwargs={"model": "m"})
     assert fn.reward_kwargs == {"model": "m"}
     with pytest.raises(TypeError, match=r"reward_kwargs scale are passed but the function takes no such parameter"):
-        load_reward_function(path, "two_args", reward_kwargs={"scale": 1})
+        load_reward_function(path, "needs_model", reward_kwargs={"model": "m", "scale": 1})
 
 
 def test_function_scorer_runs_inside_a_running_event_loop(write_reward_file, make_images):

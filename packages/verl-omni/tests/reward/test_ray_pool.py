@@ -3,6 +3,8 @@ and a killed worker, each reported by name within `reward.timeout_s`."""
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 import torch
 
@@ -31,10 +33,22 @@ REWARD_FILE = """
 
 
 @pytest.fixture(scope="module")
-def ray_session():
+def ray_pool(tmp_path_factory):
+    """One local Ray session and one pool of 2 reward actors for the module (actor start-up dominates)."""
+    path = tmp_path_factory.mktemp("ray_reward") / "r.py"
+    path.write_text(textwrap.dedent(REWARD_FILE))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+    config = _config(str(path), timeout_s=60)
+    pool = RayRewardPool(config, start_timeout_s=120)
+    yield config, pool
+    pool.close()
     ray.shutdown()
+
+
+def _config(path, timeout_s):
+    return RewardConfig(
+        pool="ray", num_workers=2, num_cpus_per_worker=0.5, timeout_s=timeout_s, custom_reward_function={"path": path}
+    )
 
 
 def _batch(images, sources):
@@ -42,38 +56,26 @@ def _batch(images, sources):
     return RewardBatch(images, ["p"] * n, sources, [None] * n, [{}] * n)
 
 
-def _manager(path, timeout_s):
-    config = RewardConfig(
-        pool="ray", num_workers=2, num_cpus_per_worker=0.5, timeout_s=timeout_s, custom_reward_function={"path": path}
-    )
-    pool = RayRewardPool(config, start_timeout_s=120)
-    return VisualRewardManager(config, pool=pool), pool
+def test_ray_pool_scores_a_batch_and_reports_a_raise(ray_pool, make_images):
+    config, pool = ray_pool
+    manager = VisualRewardManager(config, pool=pool)
+    images = make_images(2, 3)
+    out = manager.score(_batch(images, ["ok"] * 5), step=0)
+    torch.testing.assert_close(out.scores, images.float().mean(dim=(1, 2, 3)) / 255)
+    with pytest.raises(RewardFunctionError, match=r"failed at step 3 on sample 4 \(data_source 'boom'\): raised "
+                       r"KeyError") as info:
+        manager.score(_batch(images, ["ok", "ok", "ok", "ok", "boom"]), step=3)
+    assert isinstance(info.value.__cause__, KeyError)
+    assert "traceback in reward worker 1 (Ray actor" in "\n".join(getattr(info.value, "__notes__", []))
 
 
-def test_ray_pool_scores_a_batch_and_reports_a_raise(ray_session, write_reward_file, make_images):
-    manager, pool = _manager(write_reward_file(REWARD_FILE), timeout_s=60)
-    try:
-        images = make_images(2, 3)
-        out = manager.score(_batch(images, ["ok"] * 5), step=0)
-        torch.testing.assert_close(out.scores, images.float().mean(dim=(1, 2, 3)) / 255)
-        with pytest.raises(RewardFunctionError, match=r"failed at step 3 on sample 4 \(data_source 'boom'\): raised "
-                           r"KeyError") as info:
-            manager.score(_batch(images, ["ok", "ok", "ok", "ok", "boom"]), step=3)
-        assert isinstance(info.value.__cause__, KeyError)
-        assert "traceback in reward worker 1 (Ray actor" in "\n".join(getattr(info.value, "__notes__", []))
-    finally:
-        manager.close()
-
-
-def test_hung_and_killed_workers_are_named_within_the_timeout(ray_session, write_reward_file, make_images):
-    manager, pool = _manager(write_reward_file(REWARD_FILE), timeout_s=2.0)
-    try:
-        images = make_images(2, 2)
-        with pytest.raises(TimeoutError, match=r"reward worker 1 \(Ray actor [0-9a-f]+, pid \d+, node .*\) did not "
-                           r"answer within 2 s \(reward\.timeout_s\)"):
-            manager.score(_batch(images, ["ok", "ok", "hang", "hang"]), step=1)  # would sleep 60 s unbounded
-        ray.kill(pool.actors[0])
-        with pytest.raises(RewardWorkerError, match=r"reward worker 0 \(Ray actor .*\) died while scoring"):
-            manager.score(_batch(images, ["ok"] * 4), step=2)
-    finally:
-        manager.close()
+def test_hung_and_killed_workers_are_named_within_the_timeout(ray_pool, make_images):
+    config, pool = ray_pool
+    manager = VisualRewardManager(config.evolve(timeout_s=2.0), pool=pool)  # runs last: it breaks the pool
+    images = make_images(2, 2)
+    with pytest.raises(TimeoutError, match=r"reward worker 1 \(Ray actor [0-9a-f]+, pid \d+, node .*\) did not "
+                       r"answer within 2 s \(reward\.timeout_s\)"):
+        manager.score(_batch(images, ["ok", "ok", "hang", "hang"]), step=1)  # would sleep 60 s unbounded
+    ray.kill(pool.actors[0])
+    with pytest.raises(RewardWorkerError, match=r"reward worker 0 \(Ray actor .*\) died while scoring"):
+        manager.score(_batch(images, ["ok"] * 4), step=2)

@@ -29,7 +29,7 @@ from verl_omni.reward.manager import (
 )
 from verl_omni.reward.pool import RayRewardPool, RewardPool, RewardWorkerError, ThreadRewardPool
 from verl_omni.reward.scorers import BuiltinScorer, FunctionScorer, WeightedSumScorer, build_scorer
-from verl_omni.reward.types import RewardBatch, RewardFunctionError, RewardOutput, Scorer
+from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput, Scorer
 
 __all__ = [
     "BUILTIN_IMAGE_SCORERS",

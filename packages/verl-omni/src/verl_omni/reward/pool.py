@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from verl_omni.reward.config import RewardConfig
-from verl_omni.reward.types import RewardBatch, RewardFunctionError, RewardOutput, _add_note
+from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput, _add_note
 
 __all__ = ["RayRewardPool", "RewardPool", "RewardWorker", "RewardWorkerError", "ThreadRewardPool"]
 

@@ -17,7 +17,7 @@ import torch
 from verl_omni.reward.builtin import BUILTIN_IMAGE_SCORERS, check_builtin_data_sources
 from verl_omni.reward.config import RewardConfig
 from verl_omni.reward.loader import LoadedRewardFunction, load_reward_function
-from verl_omni.reward.types import RewardBatch, RewardFunctionError, RewardOutput
+from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput
 
 __all__ = ["BuiltinScorer", "FunctionScorer", "WeightedSumScorer", "build_scorer"]
 
