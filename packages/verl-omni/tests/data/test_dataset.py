@@ -99,8 +99,11 @@ def test_missing_file_names_key_and_path(tmp_path):
 
 def test_missing_prompt_column_lists_columns_found(tmp_path):
     path = _ocr_parquet(tmp_path / "t.parquet")
-    with pytest.raises(DataError, match=r"data\.train_files: .*t\.parquet has no prompt column 'text'.*columns found: "
-                       r"data_source, prompt, negative_prompt"):
+    with pytest.raises(
+        DataError,
+        match=r"data\.train_files: .*t\.parquet has no prompt column 'text'.*columns found: "
+        r"data_source, prompt, negative_prompt",
+    ):
         PromptDataset.from_config(DataConfig(train_files=str(path), prompt_key="text"), "train")
 
 

@@ -60,7 +60,9 @@ def test_load_state_dict_rejects_another_run():
 
 
 def test_batch_larger_than_dataset_names_the_key():
-    with pytest.raises(ValueError, match=r"data\.train_batch_size: 11 prompts per step but the training set has only 10"):
+    with pytest.raises(
+        ValueError, match=r"data\.train_batch_size: 11 prompts per step but the training set has only 10"
+    ):
         PromptSampler(ROWS, 11)
 
 

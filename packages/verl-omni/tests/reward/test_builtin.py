@@ -43,8 +43,11 @@ def test_builtin_scorer_routes_each_image_by_data_source(make_images):
 
 
 def test_unknown_data_source_names_it_and_the_known_ones(make_images):
-    with pytest.raises(ValueError, match=r"data_source 'flow_grpo/ocr' has no built-in image scorer; known: "
-                       r"jpeg_compressibility, jpeg_incompressibility"):
+    with pytest.raises(
+        ValueError,
+        match=r"data_source 'flow_grpo/ocr' has no built-in image scorer; known: "
+        r"jpeg_compressibility, jpeg_incompressibility",
+    ):
         default_compute_score_image("flow_grpo/ocr", make_images(1, 0)[0], "x")
     with pytest.raises(ValueError, match=r"data_source None"):
         check_builtin_data_sources(["jpeg_compressibility", None])

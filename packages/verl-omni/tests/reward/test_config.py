@@ -59,8 +59,11 @@ def test_verl_omni_multi_reward_recipe_loads():
             },
             "reward_manager": {"source": "importlib", "name": "MultiVisualRewardManager"},
             "reward_functions": {
-                "jpeg": {"path": "pkg://verl_omni.utils.reward_score.jpeg_compressibility", "name": "compute_score",
-                         "weight": 0.5},
+                "jpeg": {
+                    "path": "pkg://verl_omni.utils.reward_score.jpeg_compressibility",
+                    "name": "compute_score",
+                    "weight": 0.5,
+                },
             },
         }
     )
@@ -70,7 +73,10 @@ def test_verl_omni_multi_reward_recipe_loads():
 @pytest.mark.parametrize(
     ("override", "match"),
     [
-        ({"reward_model": {"enable": True}}, r"reward_model\.enable: expected false: reward models are not implemented"),
+        (
+            {"reward_model": {"enable": True}},
+            r"reward_model\.enable: expected false: reward models are not implemented",
+        ),
         ({"sandbox_fusion": {"url": "http://x"}}, r"sandbox_fusion\.url: expected null"),
         (
             {"reward_manager": {"source": "importlib", "name": "Mine", "module": {"path": "my_manager.py"}}},

@@ -112,8 +112,11 @@ def test_pkg_paths_and_verl_omni_module_aliases(make_images):
 
 def test_a_raising_function_names_sample_data_source_and_chains(write_reward_file, make_images):
     scorer = _scorer(write_reward_file(RAISES), "compute_score")
-    with pytest.raises(RewardFunctionError, match=r"compute_score \(.*r\.py\) failed on sample 2 \(data_source "
-                       r"'src'\): raised ZeroDivisionError: division by zero") as info:
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"compute_score \(.*r\.py\) failed on sample 2 \(data_source "
+        r"'src'\): raised ZeroDivisionError: division by zero",
+    ) as info:
         scorer(_batch(make_images(2, 2)))
     assert isinstance(info.value.__cause__, ZeroDivisionError) and info.value.index == 2
 
@@ -142,8 +145,11 @@ def test_load_errors_name_key_and_file(write_reward_file, tmp_path):
     path = write_reward_file(OLD_STYLE)
     with pytest.raises(FileNotFoundError, match=r"reward\.custom_reward_function\.path: no such file: .*missing\.py"):
         load_reward_function(str(tmp_path / "missing.py"), "compute_score")
-    with pytest.raises(AttributeError, match=r"reward\.custom_reward_function\.name 'compute_scor' in .*r\.py: "
-                       r"no such function; callables found: compute_score"):
+    with pytest.raises(
+        AttributeError,
+        match=r"reward\.custom_reward_function\.name 'compute_scor' in .*r\.py: "
+        r"no such function; callables found: compute_score",
+    ):
         load_reward_function(path, "compute_scor")
     with pytest.raises(ImportError, match=r"cannot import module 'no_such_module_xyz'"):
         load_reward_function("pkg://no_such_module_xyz", "f")
@@ -163,8 +169,11 @@ def test_wrong_signatures_are_rejected_at_load(write_reward_file):
             return 0.0
         """
     )
-    with pytest.raises(TypeError, match=r"'two_args'.*called as compute_score\(data_source, solution_image, "
-                       r"ground_truth, extra_info, \*\*kwargs\); the function lacks solution_image, ground_truth"):
+    with pytest.raises(
+        TypeError,
+        match=r"'two_args'.*called as compute_score\(data_source, solution_image, "
+        r"ground_truth, extra_info, \*\*kwargs\); the function lacks solution_image, ground_truth",
+    ):
         load_reward_function(path, "two_args")
     with pytest.raises(TypeError, match=r"required parameters model are never passed"):
         load_reward_function(path, "needs_model")

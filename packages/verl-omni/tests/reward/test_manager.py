@@ -60,8 +60,11 @@ def test_a_raise_stops_the_step_naming_step_sample_and_data_source(write_reward_
         """
     )
     manager = VisualRewardManager(_config(num_workers=3, custom_reward_function={"path": path}))
-    with pytest.raises(RewardFunctionError, match=r"failed at step 7 on sample 5 \(data_source 'ocr'\): raised "
-                       r"ValueError: bad image") as info:
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"failed at step 7 on sample 5 \(data_source 'ocr'\): raised "
+        r"ValueError: bad image",
+    ) as info:
         manager.score(_batch(make_images(3, 4), source="ocr"), step=7)  # sample 5 sits in the third chunk
     assert info.value.step == 7 and info.value.index == 5 and isinstance(info.value.__cause__, ValueError)
     manager.close()
@@ -79,8 +82,11 @@ def test_a_hung_thread_is_a_timeout_naming_it(write_reward_file, make_images):
         """
     )
     manager = VisualRewardManager(_config(num_workers=2, timeout_s=0.2, custom_reward_function={"path": path}))
-    with pytest.raises(TimeoutError, match=r"reward thread 1 \(samples 2\.\.3\) did not finish within 0\.2 s "
-                       r"\(reward\.timeout_s\)"):
+    with pytest.raises(
+        TimeoutError,
+        match=r"reward thread 1 \(samples 2\.\.3\) did not finish within 0\.2 s "
+        r"\(reward\.timeout_s\)",
+    ):
         manager.score(_batch(make_images(2, 2)))
 
 
@@ -93,10 +99,15 @@ def test_weighted_sum_of_reward_functions(write_reward_file, make_images):
     )
     config = _config(
         num_workers=2,
-        reward_manager={"source": "importlib", "name": "MultiVisualRewardManager",
-                        "module": {"path": "pkg://verl_omni.reward_loop.reward_manager"}},
-        reward_functions={"one": {"path": a, "name": "f", "weight": 0.5},
-                          "idx": {"path": b, "name": "g", "weight": 2.0, "reward_kwargs": {"offset": 1.0}}},
+        reward_manager={
+            "source": "importlib",
+            "name": "MultiVisualRewardManager",
+            "module": {"path": "pkg://verl_omni.reward_loop.reward_manager"},
+        },
+        reward_functions={
+            "one": {"path": a, "name": "f", "weight": 0.5},
+            "idx": {"path": b, "name": "g", "weight": 2.0, "reward_kwargs": {"offset": 1.0}},
+        },
     )
     with build_reward_manager(config) as manager:
         out = manager.score(_batch(make_images(2, 1)))
@@ -108,8 +119,11 @@ def test_weighted_sum_of_reward_functions(write_reward_file, make_images):
 def test_registry_names_and_the_llm_managers():
     assert {"visual", "VisualRewardManager", "MultiVisualRewardManager"} <= set(REWARD_MANAGERS)
     assert get_reward_manager_class("visual") is VisualRewardManager
-    with pytest.raises(KeyError, match=r"reward\.reward_manager\.name: unknown reward manager 'naive' \(verl's "
-                       r"`naive` manager scores text"):
+    with pytest.raises(
+        KeyError,
+        match=r"reward\.reward_manager\.name: unknown reward manager 'naive' \(verl's "
+        r"`naive` manager scores text",
+    ):
         get_reward_manager_class("naive")
 
 

@@ -62,8 +62,11 @@ def test_ray_pool_scores_a_batch_and_reports_a_raise(ray_pool, make_images):
     images = make_images(2, 3)
     out = manager.score(_batch(images, ["ok"] * 5), step=0)
     torch.testing.assert_close(out.scores, images.float().mean(dim=(1, 2, 3)) / 255)
-    with pytest.raises(RewardFunctionError, match=r"failed at step 3 on sample 4 \(data_source 'boom'\): raised "
-                       r"KeyError") as info:
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"failed at step 3 on sample 4 \(data_source 'boom'\): raised "
+        r"KeyError",
+    ) as info:
         manager.score(_batch(images, ["ok", "ok", "ok", "ok", "boom"]), step=3)
     assert isinstance(info.value.__cause__, KeyError)
     assert "traceback in reward worker 1 (Ray actor" in "\n".join(getattr(info.value, "__notes__", []))
@@ -73,8 +76,11 @@ def test_hung_and_killed_workers_are_named_within_the_timeout(ray_pool, make_ima
     config, pool = ray_pool
     manager = VisualRewardManager(config.evolve(timeout_s=2.0), pool=pool)  # runs last: it breaks the pool
     images = make_images(2, 2)
-    with pytest.raises(TimeoutError, match=r"reward worker 1 \(Ray actor [0-9a-f]+, pid \d+, node .*\) did not "
-                       r"answer within 2 s \(reward\.timeout_s\)"):
+    with pytest.raises(
+        TimeoutError,
+        match=r"reward worker 1 \(Ray actor [0-9a-f]+, pid \d+, node .*\) did not "
+        r"answer within 2 s \(reward\.timeout_s\)",
+    ):
         manager.score(_batch(images, ["ok", "ok", "hang", "hang"]), step=1)  # would sleep 60 s unbounded
     ray.kill(pool.actors[0])
     with pytest.raises(RewardWorkerError, match=r"reward worker 0 \(Ray actor .*\) died while scoring"):

@@ -73,7 +73,9 @@ def prompt_text(value: Any, *, where: str) -> str:
         texts = []
         for message in list(value):
             if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
-                raise DataError(f"{where}: expected a string or a list of {{'role', 'content'}} messages, got {value!r}")
+                raise DataError(
+                    f"{where}: expected a string or a list of {{'role', 'content'}} messages, got {value!r}"
+                )
             if message["role"] == "user":
                 texts.append(_content_text(message["content"], where=where))
         if not texts:
@@ -161,6 +163,10 @@ class PromptDataset(Sequence[PromptRecord]):
         Args:
             files (`str` or `list[str]`): paths or `builtin://<name>`, read in order.
             key (`str`): config key the files came from, used in every error message.
+            prompt_key (`str`): the prompt column (`data.prompt_key`).
+            negative_prompt_key (`str`, *optional*): the negative prompt column (`data.negative_prompt_key`).
+            reward_fn_key (`str`): the `data_source` column (`data.reward_fn_key`).
+            default_data_source (`str`, *optional*): `data_source` of rows without that column.
             max_samples (`int`): keep the first N rows over all files (-1 = all).
 
         Raises:
@@ -286,7 +292,9 @@ def _record(
         negative = prompt_text(row[negative_prompt_key], where=f"{negative_prompt_key} in {source}")
     data_source = row.get(reward_fn_key, default_data_source)
     if data_source is not None and not isinstance(data_source, str):
-        raise DataError(f"{source}: column {reward_fn_key!r} (data.reward_fn_key) must hold strings, got {data_source!r}")
+        raise DataError(
+            f"{source}: column {reward_fn_key!r} (data.reward_fn_key) must hold strings, got {data_source!r}"
+        )
     reward_model = row.get("reward_model")
     if isinstance(reward_model, Mapping) and "ground_truth" in reward_model:
         ground_truth = reward_model["ground_truth"]

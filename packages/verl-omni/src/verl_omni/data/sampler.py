@@ -131,7 +131,9 @@ class PromptSampler(Generic[T]):
         self._epoch, self._batches_in_epoch, self._order = epoch, taken, None
 
 
-def iter_batches(dataset: Sequence[T], batch_size: int | None, *, shuffle: bool = False, seed: int = 1) -> Iterator[list[T]]:
+def iter_batches(
+    dataset: Sequence[T], batch_size: int | None, *, shuffle: bool = False, seed: int = 1
+) -> Iterator[list[T]]:
     """One pass over `dataset` in batches (validation): the last batch may be smaller.
 
     Args:

@@ -3,6 +3,7 @@
 Ray is not imported here; only building a `RayRewardPool` imports it.
 """
 
+from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput, Scorer
 from verl_omni.reward.builtin import (
     BUILTIN_IMAGE_SCORERS,
     check_builtin_data_sources,
@@ -29,7 +30,6 @@ from verl_omni.reward.manager import (
 )
 from verl_omni.reward.pool import RayRewardPool, RewardPool, RewardWorkerError, ThreadRewardPool
 from verl_omni.reward.scorers import BuiltinScorer, FunctionScorer, WeightedSumScorer, build_scorer
-from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput, Scorer
 
 __all__ = [
     "BUILTIN_IMAGE_SCORERS",

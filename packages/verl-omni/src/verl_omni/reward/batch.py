@@ -52,10 +52,11 @@ class RewardBatch:
 
     @classmethod
     def from_records(cls, images: torch.Tensor, records: Sequence[Any]) -> RewardBatch:
-        """Build from images and one prompt row per image (objects with `prompt`, `data_source`,
-        `ground_truth` and `extra_info` attributes, such as `verl_omni.data.PromptRecord`).
+        """Build from images and one prompt row per image.
 
-        For groups, pass each row once per image of its group (`[records[i] for i in prompt_index]`).
+        A row is any object with `prompt`, `data_source`, `ground_truth` and `extra_info` attributes, such as
+        `verl_omni.data.PromptRecord`. For groups, pass each row once per image of its group
+        (`[records[i] for i in prompt_index]`).
         """
         return cls(
             images=images,
@@ -137,7 +138,10 @@ class RewardFunctionError(RuntimeError):
 
     def __str__(self) -> str:
         at = f"at step {self.step} " if self.step is not None else ""
-        return f"reward function {self.function} failed {at}on sample {self.index} (data_source {self.data_source!r}): {self.detail}"
+        return (
+            f"reward function {self.function} failed {at}on sample {self.index} "
+            f"(data_source {self.data_source!r}): {self.detail}"
+        )
 
     def __reduce__(self) -> Any:  # keyword-only __init__: pickle through a helper (Ray ships it back)
         return (_rebuild_error, (self.function, self.index, self.data_source, self.detail, self.step))

@@ -63,7 +63,9 @@ def default_compute_score_image(
     Args:
         data_source (`str`): routing key, see `BUILTIN_IMAGE_SCORERS`.
         solution_image: uint8 `(3, H, W)` tensor (float in [0, 1] and NHWC arrays are accepted too).
-        ground_truth, extra_info, **kwargs: accepted and unused by the built-in scorers.
+        ground_truth: accepted, unused by the built-in scorers.
+        extra_info: accepted, unused.
+        **kwargs: accepted, unused.
 
     Returns:
         The reward as a Python float.
@@ -86,6 +88,9 @@ def default_compute_score_image_batch(
     Args:
         data_sources (`list[str]`): one routing key per image.
         solution_images (`torch.Tensor`): uint8 `(B, 3, H, W)`.
+        ground_truths: accepted, unused by the built-in scorers.
+        extra_infos: accepted, unused.
+        **kwargs: accepted, unused.
 
     Returns:
         float64 `(B,)` rewards, in input order.

@@ -127,17 +127,23 @@ def _check_signature(
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     positional_only = [n for n, p in params.items() if p.kind is inspect.Parameter.POSITIONAL_ONLY]
     if positional_only:
-        raise TypeError(f"{where}: parameters {positional_only} are positional-only; the {kind} form is called "
-                        f"with keywords: {form}")
+        raise TypeError(
+            f"{where}: parameters {positional_only} are positional-only; the {kind} form is called "
+            f"with keywords: {form}"
+        )
     if not var_kw:
         missing = [a for a in passed if a not in params]
         if missing:
-            raise TypeError(f"{where}: the {kind} form is called as {form}; the function lacks {', '.join(missing)} "
-                            "(add them or **kwargs)")
+            raise TypeError(
+                f"{where}: the {kind} form is called as {form}; the function lacks {', '.join(missing)} "
+                "(add them or **kwargs)"
+            )
         unknown = [k for k in reward_kwargs if k not in params]
         if unknown:
-            raise TypeError(f"{where}: reward_kwargs {', '.join(unknown)} are passed but the function takes no such "
-                            "parameter (add it or **kwargs)")
+            raise TypeError(
+                f"{where}: reward_kwargs {', '.join(unknown)} are passed but the function takes no such "
+                "parameter (add it or **kwargs)"
+            )
     given = set(passed) | set(reward_kwargs) | ({"prompts"} if batched else set())
     required = [
         n
@@ -147,8 +153,10 @@ def _check_signature(
         and n not in given
     ]
     if required:
-        raise TypeError(f"{where}: required parameters {', '.join(required)} are never passed (the {kind} form "
-                        f"is called as {form}); give them defaults or set them in reward_kwargs")
+        raise TypeError(
+            f"{where}: required parameters {', '.join(required)} are never passed (the {kind} form "
+            f"is called as {form}); give them defaults or set them in reward_kwargs"
+        )
 
 
 def _import(path: str, *, key: str) -> Any:

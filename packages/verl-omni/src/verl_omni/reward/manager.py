@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import torch
 
+from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput
 from verl_omni.reward.config import RewardConfig
 from verl_omni.reward.pool import RayRewardPool, RewardPool, ThreadRewardPool
 from verl_omni.reward.scorers import build_scorer
-from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput
 
 __all__ = [
     "REWARD_MANAGERS",

@@ -9,6 +9,7 @@ imported only when a `RayRewardPool` is built.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import time
@@ -16,8 +17,8 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from verl_omni.reward.config import RewardConfig
 from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput, _add_note
+from verl_omni.reward.config import RewardConfig
 
 __all__ = ["RayRewardPool", "RewardPool", "RewardWorker", "RewardWorkerError", "ThreadRewardPool"]
 
@@ -70,7 +71,7 @@ class ThreadRewardPool:
     def score_chunks(self, chunks: Sequence[RewardBatch], *, timeout_s: float) -> list[RewardOutput]:
         """See `RewardPool.score_chunks`."""
         futures = [self._executor.submit(self.scorer, c) for c in chunks]
-        done, pending = concurrent.futures.wait(futures, timeout=timeout_s)
+        _, pending = concurrent.futures.wait(futures, timeout=timeout_s)
         if pending:
             late = [i for i, f in enumerate(futures) if f in pending]
             self.close()
@@ -238,7 +239,5 @@ class RayRewardPool:
         import ray
 
         for actor in self.actors:
-            try:
+            with contextlib.suppress(Exception):  # already dead, or Ray shut down
                 ray.kill(actor)
-            except Exception:  # already dead, or Ray shut down
-                pass

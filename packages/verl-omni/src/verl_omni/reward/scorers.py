@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
+from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput
 from verl_omni.reward.builtin import BUILTIN_IMAGE_SCORERS, check_builtin_data_sources
 from verl_omni.reward.config import RewardConfig
 from verl_omni.reward.loader import LoadedRewardFunction, load_reward_function
-from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput
 
 __all__ = ["BuiltinScorer", "FunctionScorer", "WeightedSumScorer", "build_scorer"]
 
@@ -69,8 +69,10 @@ class FunctionScorer:
 
     def __call__(self, batch: RewardBatch) -> RewardOutput:
         """Score `batch`; a raise or an unusable result becomes `RewardFunctionError` (chained)."""
-        infos = [{**info, "prompt": p} if "prompt" not in info else dict(info)
-                 for info, p in zip(batch.extra_infos, batch.prompts)]
+        infos = [
+            {**info, "prompt": p} if "prompt" not in info else dict(info)
+            for info, p in zip(batch.extra_infos, batch.prompts)
+        ]
         if self.function.batched:
             return self._batched(batch, infos)
         calls = [
@@ -114,8 +116,12 @@ class FunctionScorer:
             if self.function.is_async:
                 result = _run_coroutine(result)
         except Exception as e:
-            raise self._error(batch, 0, f"raised {type(e).__name__}: {e} (batched call on samples "
-                              f"{batch.offset}..{batch.offset + len(batch) - 1})") from e
+            raise self._error(
+                batch,
+                0,
+                f"raised {type(e).__name__}: {e} (batched call on samples "
+                f"{batch.offset}..{batch.offset + len(batch) - 1})",
+            ) from e
         if isinstance(result, dict):
             if "score" not in result:
                 raise self._error(batch, 0, f"returned a dict without 'score' (keys: {', '.join(map(str, result))})")
