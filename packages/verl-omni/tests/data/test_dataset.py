@@ -48,12 +48,13 @@ def test_jsonl_string_prompts_top_level_ground_truth_and_default_data_source(tmp
     lines = [
         {"prompt": "a red cube", "ground_truth": "red"},
         {"prompt": "a blue ball", "data_source": "jpeg_incompressibility", "negative_prompt": "blurry"},
+        {"prompt": "a green cone", "data_source": None},
     ]
-    path.write_text(json.dumps(lines[0]) + "\n\n" + json.dumps(lines[1]) + "\n")
+    path.write_text(json.dumps(lines[0]) + "\n\n" + "\n".join(json.dumps(x) for x in lines[1:]) + "\n")
     ds = PromptDataset.from_files(str(path), default_data_source="jpeg_compressibility")
-    assert [r.prompt for r in ds] == ["a red cube", "a blue ball"]
-    assert [r.data_source for r in ds] == ["jpeg_compressibility", "jpeg_incompressibility"]
-    assert [r.negative_prompt for r in ds] == [None, "blurry"]
+    assert [r.prompt for r in ds] == ["a red cube", "a blue ball", "a green cone"]
+    assert [r.data_source for r in ds] == ["jpeg_compressibility", "jpeg_incompressibility", "jpeg_compressibility"]
+    assert [r.negative_prompt for r in ds] == [None, "blurry", None]
     assert ds[0].ground_truth == "red" and ds[1].ground_truth is None and ds[1].extra_info == {}
     assert ds[1].source.endswith("p.jsonl:3")  # 1-based line, the blank line counted
 
@@ -70,7 +71,7 @@ def test_builtin_set_needs_no_files_and_routes_to_jpeg():
     ds = PromptDataset.from_config(DataConfig(), "train")  # default: builtin://quickstart
     assert len(ds) == len(BUILTIN_PROMPT_SETS["quickstart"]) >= 24
     assert {r.data_source for r in ds} == {"jpeg_compressibility"}
-    val = PromptDataset.from_config(DataConfig(), "val")
+    val = PromptDataset.from_config(DataConfig(val_files="builtin://quickstart_val"), "val")
     assert not {r.prompt for r in val} & {r.prompt for r in ds}
 
 
@@ -135,7 +136,7 @@ def test_bad_rows_name_file_and_line(tmp_path):
 
 def test_val_files_null_means_no_validation_set():
     with pytest.raises(ValueError, match=r"data\.val_files is null"):
-        PromptDataset.from_config(DataConfig(val_files=None), "val")
+        PromptDataset.from_config(DataConfig(), "val")
 
 
 def test_unknown_builtin_set_lists_known():

@@ -72,6 +72,16 @@ def test_ray_pool_scores_a_batch_and_reports_a_raise(ray_pool, make_images):
     assert "traceback in reward worker 1 (Ray actor" in "\n".join(getattr(info.value, "__notes__", []))
 
 
+def test_more_reward_cpus_than_the_cluster_has_fails_at_once(ray_pool):
+    config = RewardConfig(pool="ray", num_workers=3, num_cpus_per_worker=1)  # the session has 2 CPUs
+    with pytest.raises(
+        ValueError,
+        match=r"reward\.num_workers \(3\) x reward\.num_cpus_per_worker \(1\) = 3 CPUs, "
+        r"but the Ray cluster has 2",
+    ):
+        RayRewardPool(config)
+
+
 def test_hung_and_killed_workers_are_named_within_the_timeout(ray_pool, make_images):
     config, pool = ray_pool
     manager = VisualRewardManager(config.evolve(timeout_s=2.0), pool=pool)  # runs last: it breaks the pool

@@ -78,8 +78,8 @@ class DataConfig(BaseConfig):
         train_files (`str` or `list[str]`): training prompt files (`.parquet`, `.jsonl`, `.txt` with one
             prompt a line) or a built-in set `builtin://quickstart`; a list is read in order and concatenated.
             `~` is expanded.
-        val_files (`str` or `list[str]`, *optional*): validation prompt files, same forms; null = no
-            validation set.
+        val_files (`str` or `list[str]`, *optional*): validation prompt files, same forms (the quickstart's
+            set is `builtin://quickstart_val`); null = no validation set.
         prompt_key (`str`): column holding the prompt: a string, or verl's chat list
             `[{"role": "user", "content": ...}]` (the user messages' text is the prompt; system messages are
             dropped because the diffusion pipeline applies its own template).
@@ -113,7 +113,7 @@ class DataConfig(BaseConfig):
     """
 
     train_files: str | list[str] = "builtin://quickstart"
-    val_files: str | list[str] | None = "builtin://quickstart_val"
+    val_files: str | list[str] | None = None
     prompt_key: str = "prompt"
     negative_prompt_key: str | None = "negative_prompt"
     reward_fn_key: str = "data_source"

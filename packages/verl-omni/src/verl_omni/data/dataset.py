@@ -290,7 +290,9 @@ def _record(
     negative = None
     if negative_prompt_key is not None and row.get(negative_prompt_key) is not None:
         negative = prompt_text(row[negative_prompt_key], where=f"{negative_prompt_key} in {source}")
-    data_source = row.get(reward_fn_key, default_data_source)
+    data_source = row.get(reward_fn_key)
+    if data_source is None:
+        data_source = default_data_source
     if data_source is not None and not isinstance(data_source, str):
         raise DataError(
             f"{source}: column {reward_fn_key!r} (data.reward_fn_key) must hold strings, got {data_source!r}"

@@ -158,6 +158,7 @@ class RayRewardPool:
 
     Raises:
         RuntimeError: Ray is not initialized.
+        ValueError: the cluster has fewer CPUs than `num_workers * num_cpus_per_worker` (names both keys).
         TimeoutError: an actor did not start within `start_timeout_s`.
         RewardWorkerError: an actor failed to start (its error is in the message).
     """
@@ -174,6 +175,13 @@ class RayRewardPool:
         if not ray.is_initialized():
             raise RuntimeError("RayRewardPool needs a running Ray: call ray.init() first (reward.pool: ray)")
         self.num_workers = config.num_workers
+        need = config.num_workers * config.num_cpus_per_worker
+        have = ray.cluster_resources().get("CPU", 0.0)
+        if need > have:
+            raise ValueError(
+                f"reward.num_workers ({config.num_workers}) x reward.num_cpus_per_worker "
+                f"({config.num_cpus_per_worker:g}) = {need:g} CPUs, but the Ray cluster has {have:g}; lower one of them"
+            )
         remote_cls = ray.remote(RewardWorker)
         options = {"num_cpus": config.num_cpus_per_worker, "max_restarts": 0, **(actor_options or {})}
         worker_config = _absolute_paths(config)
