@@ -86,8 +86,8 @@ class DataConfig(BaseConfig):
         negative_prompt_key (`str`, *optional*): column holding a per-row negative prompt (same two forms);
             rows without it (or files without the column) get none. Null = never read one.
         reward_fn_key (`str`): column naming the reward routing key (`data_source`).
-        default_data_source (`str`, *optional*): `data_source` of rows that have no `reward_fn_key` column
-            (plain text files, jsonl without it). Null leaves it None, which the built-in scorer rejects.
+        default_data_source (`str`, *optional*): `data_source` of rows whose `reward_fn_key` column is missing
+            or null (plain text files, jsonl without it). Null leaves it None, which the built-in scorer rejects.
         train_batch_size (`int`): prompts per training step (each becomes a group of `rollout.n` images).
         val_batch_size (`int`, *optional*): prompts per validation request batch; null = the whole
             validation set in one batch.
