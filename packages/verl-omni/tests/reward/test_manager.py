@@ -47,7 +47,9 @@ def test_records_from_the_quickstart_dataset_are_scored_by_data_source(make_imag
     with build_reward_manager(_config(num_workers=2)) as manager:
         manager.check_data_sources(r.data_source for r in records)
         out = manager.score(batch, step=4)
+        same = manager.score_records(torch.cat([images, images]), group, step=4)
     assert out.scores.shape == (4,) and batch.prompts[2] == records[1].prompt
+    torch.testing.assert_close(same.scores, out.scores)
 
 
 def test_a_raise_stops_the_step_naming_step_sample_and_data_source(write_reward_file, make_images):

@@ -10,7 +10,7 @@ function, chained to the original exception; no sample is ever scored as a silen
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -146,6 +146,13 @@ class VisualRewardManager:
         if out.scores.shape != (n,):  # a pool returning the wrong count is a bug, never padded
             raise RuntimeError(f"reward pool returned {tuple(out.scores.shape)} scores for {n} images")
         return out
+
+    def score_records(self, images: torch.Tensor, records: Sequence[Any], *, step: int | None = None) -> RewardOutput:
+        """`score` of uint8 `(B, 3, H, W)` images with one prompt row per image (`RewardBatch.from_records`).
+
+        For groups of `n`, pass `[records[i] for i in prompt_index]` (each row once per image).
+        """
+        return self.score(RewardBatch.from_records(images, records), step=step)
 
     async def score_async(self, batch: RewardBatch, *, step: int | None = None) -> RewardOutput:
         """`score` from async code (runs in a thread; the event loop stays free)."""
