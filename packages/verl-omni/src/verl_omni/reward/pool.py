@@ -189,8 +189,12 @@ class RayRewardPool:
         self._where: dict[int, dict[str, Any]] = {}
         refs = [a.ready.remote() for a in self.actors]
         start_timeout = config.timeout_s if start_timeout_s is None else start_timeout_s
-        for rank, info in self._collect(refs, list(range(self.num_workers)), start_timeout, "start"):
-            self._where[rank] = info
+        try:
+            for rank, info in self._collect(refs, list(range(self.num_workers)), start_timeout, "start"):
+                self._where[rank] = info
+        except BaseException:
+            self.close()  # no half-started pool keeps CPUs reserved
+            raise
 
     def worker_name(self, rank: int) -> str:
         """`"reward worker <rank> (Ray actor <id>, pid <pid>, node <ip>)"`."""
