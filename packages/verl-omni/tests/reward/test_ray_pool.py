@@ -82,6 +82,16 @@ def test_more_reward_cpus_than_the_cluster_has_fails_at_once(ray_pool):
         RayRewardPool(config)
 
 
+def test_a_worker_that_cannot_build_its_scorer_fails_the_start(ray_pool, tmp_path):
+    config = _config(str(tmp_path / "gone.py"), timeout_s=60).evolve(num_workers=1)  # no driver-side check here
+    with pytest.raises(
+        RewardWorkerError,
+        match=r"(?s)reward worker 0 \(Ray actor [0-9a-f]+\) failed to start: .*"
+        r"reward\.custom_reward_function\.path: no such file",
+    ):
+        RayRewardPool(config, start_timeout_s=120)
+
+
 def test_hung_and_killed_workers_are_named_within_the_timeout(ray_pool, make_images):
     config, pool = ray_pool
     manager = VisualRewardManager(config.evolve(timeout_s=2.0), pool=pool)  # runs last: it breaks the pool
