@@ -150,6 +150,8 @@ def no_ray(monkeypatch):
          r"actor_rollout_ref\.model\.path: /nonexistent/model does not exist"),
         (["--config-name", "quickstart", "data.train_files=/nonexistent/prompts.txt"], r"/nonexistent/prompts\.txt"),
         (["--config-name", "quickstart", "trainer.logger=[console,wandb]"], r"wandb"),
+        (["--config-name", "quickstart", "reward.custom_reward_function.path=/nonexistent/reward.py"],
+         r"reward\.custom_reward_function\.path.*/nonexistent/reward\.py"),
     ],
 )  # fmt: skip
 def test_cli_exits_with_status_2_naming_the_key_before_ray(argv, match, no_ray, capsys, tmp_path, monkeypatch):

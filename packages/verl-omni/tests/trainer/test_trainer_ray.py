@@ -65,12 +65,12 @@ class _KillServerAtStep:
         self.inner, self.components, self.step = components.reward, components, step
         components.reward = self
 
-    def score(self, images, records, *, step):
+    def score_records(self, images, records, *, step=None):
         if step == self.step:
             import ray
 
             ray.kill(self.components.rollout.servers[0])
-        return self.inner.score(images, records, step=step)
+        return self.inner.score_records(images, records, step=step)
 
     def close(self):
         self.inner.close()

@@ -1,13 +1,12 @@
-"""INTERIM stand-ins for pieces other helpers are building (data, reward, rollout config and server).
+"""INTERIM stand-ins for pieces another helper is building (the rollout config and the `diffusers` server).
 
 Each class mirrors the interface announced for the real piece, with the narrowest behaviour the trainer needs;
-this module is deleted once `verl_omni.data`, `verl_omni.reward` (manager) and the `diffusers` rollout backend land.
+this module is deleted once `verl_omni.config.DiffusionRolloutConfig` and the `diffusers` rollout backend land.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 from typing import Any
 
 import torch
@@ -15,122 +14,6 @@ from tensordict import TensorDict
 
 from verl_core.config import BaseConfig
 from verl_omni.pipelines import DiffusionSamplingConfig
-
-_QUICKSTART = [
-    "a red apple on a wooden table",
-    "a lighthouse on a rocky coast at dusk",
-    "a cat sleeping on a windowsill",
-    "a snowy mountain above a pine forest",
-    "a yellow taxi on a rainy street",
-    "a hot air balloon over green hills",
-    "a sailboat on a calm blue lake",
-    "a field of sunflowers under a clear sky",
-]
-_QUICKSTART_VAL = ["a white teapot on a blue tablecloth", "a penguin standing on an ice floe"]
-_BUILTIN = {"quickstart": _QUICKSTART, "quickstart_val": _QUICKSTART_VAL}
-
-
-@dataclasses.dataclass(frozen=True)
-class PromptRecord:
-    index: int
-    prompt: str
-    negative_prompt: str | None
-    data_source: str | None
-    ground_truth: Any
-    extra_info: dict[str, Any]
-    source: str
-
-
-@dataclasses.dataclass
-class DataConfig(BaseConfig):
-    train_files: str | list[str] = "builtin://quickstart"
-    val_files: str | list[str] | None = "builtin://quickstart_val"
-    prompt_key: str = "prompt"
-    reward_fn_key: str = "data_source"
-    train_batch_size: int = 32
-    val_batch_size: int | None = None
-    shuffle: bool = True
-    seed: int | None = None
-    max_prompt_length: int = 512
-
-
-class PromptDataset(list):
-    @classmethod
-    def from_config(cls, config: DataConfig, split: str) -> PromptDataset:
-        files = config.train_files if split == "train" else config.val_files
-        key = f"data.{split}_files"
-        if files is None:
-            return cls()
-        prompts: list[str] = []
-        for path in [files] if isinstance(files, str) else files:
-            if path.startswith("builtin://"):
-                prompts += _BUILTIN[path.removeprefix("builtin://")]
-            else:
-                try:
-                    with open(path) as f:
-                        prompts += [line.strip() for line in f if line.strip()]
-                except FileNotFoundError:
-                    raise FileNotFoundError(f"{key}: {path} does not exist") from None
-        return cls(
-            PromptRecord(i, p, None, "jpeg_compressibility", None, {}, f"{files}:{i}") for i, p in enumerate(prompts)
-        )
-
-
-class PromptSampler:
-    def __init__(self, dataset: list, batch_size: int, *, shuffle: bool = True, seed: int = 1) -> None:
-        self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
-        self._epoch, self._pos = 0, 0
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return max(1, len(self.dataset) // self.batch_size)
-
-    def next_batch(self) -> list:
-        if self._pos + self.batch_size > len(self.dataset):
-            self._epoch, self._pos = self._epoch + 1, 0
-        order = list(range(len(self.dataset)))
-        if self.shuffle:
-            random.Random(self.seed * 1000 + self._epoch).shuffle(order)
-        batch = [self.dataset[i] for i in order[self._pos : self._pos + self.batch_size]]
-        self._pos += self.batch_size
-        return batch
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self._epoch, "pos": self._pos}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._epoch, self._pos = state["epoch"], state["pos"]
-
-
-def iter_batches(dataset: list, batch_size: int | None, **_: Any):
-    size = batch_size or len(dataset)
-    for start in range(0, len(dataset), size):
-        yield list(dataset[start : start + size])
-
-
-@dataclasses.dataclass
-class RewardConfig(BaseConfig):
-    num_workers: int = 1
-    timeout_s: float = 300.0
-
-
-class InterimRewardManager:
-    """Scores uint8 images with `jpeg_compressibility` in-process."""
-
-    def __init__(self, config: RewardConfig) -> None:
-        self.config = config
-
-    def score(self, images: torch.Tensor, records: list, *, step: int) -> tuple[torch.Tensor, dict[str, float]]:
-        from verl_omni.reward import jpeg_compressibility
-
-        return jpeg_compressibility(images).float(), {}
-
-    def close(self) -> None:
-        pass
 
 
 @dataclasses.dataclass

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import pathlib
 from collections.abc import Callable
 from typing import Any
 
-from verl_omni.trainer._interim import InterimRewardManager, PromptDataset, PromptSampler
+from verl_omni.data import PromptDataset, PromptSampler
 from verl_omni.trainer.checkpoint import CheckpointManager
 from verl_omni.trainer.config import DiffusionTrainerConfig
 from verl_omni.trainer.placement import ResourcePool, init_ray
@@ -88,14 +89,14 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
         ImportError: a tracker's package is missing (names the extra).
         ValueError: an empty training set.
     """
+    from verl_omni.reward import build_scorer
+
     check_loggers(config.trainer.logger)
     train_set = PromptDataset.from_config(config.data, "train")
-    if len(train_set) < config.data.train_batch_size:
-        raise ValueError(
-            f"data.train_files: {len(train_set)} prompts, fewer than data.train_batch_size="
-            f"{config.data.train_batch_size}"
-        )
-    val_set = PromptDataset.from_config(config.data, "val")
+    PromptSampler(train_set, config.data.train_batch_size)  # checks the batch fits the set (names the key)
+    val_set = PromptDataset.from_config(config.data, "val") if config.data.val_files else []
+    # the reward function(s) load here, in the driver, so a bad path or signature fails before any worker starts
+    build_scorer(config.reward).check_data_sources({r.data_source for r in [*train_set, *val_set]})
     folder = resolve_model_path(config.actor_rollout_ref.model.path)
     arr = config.actor_rollout_ref
     config = config.evolve(actor_rollout_ref=arr.evolve(model=arr.model.evolve(path=str(folder))))
@@ -127,17 +128,20 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
     """
     import ray
 
+    from verl_omni.reward import build_reward_manager
     from verl_omni.trainer.rollout import ColocatedRollout
 
     config = prepared.config
     trainer, arr, data = config.trainer, config.actor_rollout_ref, config.data
-    sampler = PromptSampler(prepared.train_set, data.train_batch_size, shuffle=data.shuffle, seed=data.seed or 0)
+    seed = 1 if data.seed is None else data.seed  # PromptSampler's default seed
+    sampler = PromptSampler(prepared.train_set, data.train_batch_size, shuffle=data.shuffle, seed=seed)
     total_steps = trainer.total_training_steps or trainer.total_epochs * sampler.steps_per_epoch
     actor_cfg = arr.actor
     if actor_cfg.optim.total_training_steps == -1:
         actor_cfg = actor_cfg.evolve(optim=actor_cfg.optim.evolve(total_training_steps=total_steps))
 
-    started = init_ray(config, extra_cpus=config.reward.num_workers + 1)
+    reward_cpus = config.reward.num_workers * config.reward.num_cpus_per_worker if config.reward.pool == "ray" else 0
+    started = init_ray(config, extra_cpus=math.ceil(reward_cpus) + 1)
     pool = None
     actor = rollout = None
     try:
@@ -179,7 +183,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
             launch_timeout_s=arr.rollout.launch_timeout_s,
             threads=trainer.cpu_threads_per_worker,
         )
-        reward = InterimRewardManager(config.reward)
+        reward = build_reward_manager(config.reward)
         tracker = Tracking(
             trainer.logger,
             pathlib.Path(trainer.run_dir),

@@ -20,8 +20,8 @@ import torch
 from tensordict import TensorDict
 
 from verl_omni.algos import compute_flow_grpo_advantages
+from verl_omni.data import iter_batches
 from verl_omni.pipelines import DiffusionSamplingConfig
-from verl_omni.trainer._interim import iter_batches
 from verl_omni.trainer.components import TrainerComponents
 from verl_omni.trainer.config import DiffusionTrainerConfig
 
@@ -134,7 +134,8 @@ class FlowGRPOTrainer:
                 # 4. reward: one scalar per image
                 per_sample = [records[int(i)] for i in batch["prompt_index"]]
                 with _timer(timing, "reward"):
-                    rewards, reward_metrics = c.reward.score(batch["images"], per_sample, step=step)
+                    scored = c.reward.score_records(batch["images"], per_sample, step=step)
+                rewards, reward_metrics = scored.scores, scored.metrics()
 
                 # 5. group advantages (std over the (B, K) advantage matrix, as verl-omni)
                 with _timer(timing, "adv"):
@@ -241,9 +242,8 @@ class FlowGRPOTrainer:
             seed = self.seed + _VAL_SEED_OFFSET + offset * self.val_sampling.n
             batch = c.rollout.generate(chunk, self.val_sampling, seed=seed)
             per_sample = [chunk[int(i)] for i in batch["prompt_index"]]
-            scores, _ = c.reward.score(batch["images"], per_sample, step=step)
             images.append(batch["images"])
-            rewards.append(scores)
+            rewards.append(c.reward.score_records(batch["images"], per_sample, step=step).scores)
             offset += len(chunk)
         grid = torch.cat(images)
         scores = torch.cat(rewards).double()
@@ -299,7 +299,7 @@ class FlowGRPOTrainer:
             "perf/images_per_step": float(images),
             "perf/throughput": images / timing["step"],
         }
-        metrics.update({f"reward/{k}": v for k, v in reward_metrics.items()})
+        metrics.update(reward_metrics)  # already prefixed `reward/`
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         for key in ("gen", "reward", "old_log_prob", "ref", "update_actor"):
             if key in timing:

@@ -60,7 +60,7 @@ def run(argv: Sequence[str]) -> int:
             return 0
         config = load_config(args.overrides, config_name=args.config_name, config_dir=args.config_path)
         prepared = preflight(config)
-    except (ConfigError, FileNotFoundError, ImportError, ValueError, TypeError, KeyError) as e:
+    except (ConfigError, FileNotFoundError, ImportError, AttributeError, ValueError, TypeError, KeyError) as e:
         print(f"verl-omni-train: config error: {e}", file=sys.stderr)
         return EXIT_CONFIG
 

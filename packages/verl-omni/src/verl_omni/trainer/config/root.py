@@ -6,7 +6,9 @@ import dataclasses
 
 from verl_core.config import BaseConfig, ConfigValueError
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
-from verl_omni.trainer._interim import DataConfig, DiffusionRolloutConfig, RewardConfig
+from verl_omni.data import DataConfig
+from verl_omni.reward import RewardConfig
+from verl_omni.trainer._interim import DiffusionRolloutConfig
 from verl_omni.trainer.config.algorithm import DiffusionAlgoConfig
 from verl_omni.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 
