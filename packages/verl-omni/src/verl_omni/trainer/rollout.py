@@ -69,7 +69,10 @@ class ColocatedRollout:
         deadline = time.monotonic() + timeout
         pending = list(refs)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            left = deadline - time.monotonic()
+            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, min(left, 1.0)))  # Ctrl-C works
+            if not done and left > 1.0:
+                continue
             if not done:
                 ranks = sorted({self._rank_of(refs, p) for p in pending})
                 raise RolloutServiceError(

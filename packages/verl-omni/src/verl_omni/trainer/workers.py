@@ -281,7 +281,11 @@ class ActorGroup:
         deadline = time.monotonic() + limit
         pending = list(refs)
         while pending:  # wait for all, but fail at the first rank that dies or raises
-            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            left = deadline - time.monotonic()
+            # short waits keep Ctrl-C working (a signal is handled between them)
+            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, min(left, 1.0)))
+            if not done and left > 1.0:
+                continue
             if not done:
                 late = [self._who(refs.index(p)) for p in pending]
                 raise WorkerError(
