@@ -1,0 +1,81 @@
+"""`FlowGRPOTrainer` phases with stand-in components (no Ray): the weight-sync check and the pinned SDE window."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_omni.trainer.config import load_config
+from verl_omni.trainer.flow_grpo_trainer import FlowGRPOTrainer, WeightSyncError
+
+
+class _Actor:
+    world_size = 1
+
+    def __init__(self):
+        self.pushed = []
+
+    def call(self, method, *args, **kwargs):
+        assert method == "push_weights"
+        self.pushed.append(args[1])
+        return [{"bytes": 8.0, "export_s": 0.0, "send_s": 0.0}]
+
+
+class _Rollout:
+    def __init__(self, serves_pushed: bool):
+        self.serves_pushed = serves_pushed
+        self.woken = 0
+        self.actor = None
+
+    def wake_up(self):
+        self.woken += 1
+
+    def weight_targets(self):
+        return ["http://server-0", "http://server-1"]
+
+    def weight_versions(self):
+        pushed = self.actor.pushed[-1]
+        return {0: pushed, 1: pushed if self.serves_pushed else 0}
+
+
+def _trainer(tiny_qwen_image_path, serves_pushed: bool, overrides=()):
+    from verl_omni.trainer.components import TrainerComponents
+
+    config = load_config([f"actor_rollout_ref.model.path={tiny_qwen_image_path}", *overrides], config_name="quickstart")
+    trainer = FlowGRPOTrainer(config)
+    actor, rollout = _Actor(), _Rollout(serves_pushed)
+    rollout.actor = actor
+    trainer.c = TrainerComponents(
+        actor=actor, rollout=rollout, reward=None, prompts=None, val_records=[], tracker=None,
+        checkpoints=None, total_steps=1, device="cpu",
+    )  # fmt: skip
+    return trainer, actor, rollout
+
+
+def test_weight_sync_wakes_the_rollout_and_checks_every_server(tiny_qwen_image_path):
+    trainer, actor, rollout = _trainer(tiny_qwen_image_path, serves_pushed=True)
+    metrics = trainer._sync_weights(7)
+    assert actor.pushed == [7] and rollout.woken == 1
+    assert metrics["rollout/weight_version"] == 7.0 and trainer.weight_version == 7
+
+
+def test_a_server_that_does_not_serve_the_pushed_version_is_an_error_naming_it(tiny_qwen_image_path):
+    trainer, _, _ = _trainer(tiny_qwen_image_path, serves_pushed=False)
+    with pytest.raises(
+        WeightSyncError, match=r"rollout server\(s\) \[1\] serve weight version\(s\) \[0\] .* version 3"
+    ):
+        trainer._sync_weights(3)
+
+
+def test_the_sde_window_is_pinned_per_step_and_reproducible(tiny_qwen_image_path):
+    overrides = [
+        "actor_rollout_ref.rollout.algo.sde_window_size=2",
+        "actor_rollout_ref.rollout.algo.sde_window_range=[0,3]",
+    ]
+    trainer, _, _ = _trainer(tiny_qwen_image_path, serves_pushed=True, overrides=overrides)
+    starts = []
+    for step in range(1, 30):
+        sampling, start = trainer._step_sampling(step)
+        assert sampling.sde_window_range == [start, start + 2] and sampling.sde_window_size == 2
+        starts.append(start)
+    assert set(starts) == {0, 1}  # start in {r0 .. r1 - K} = {0, 1}
+    assert [trainer._step_sampling(s)[1] for s in range(1, 30)] == starts  # a step's window depends on the step only
