@@ -181,6 +181,7 @@ def _optimizer_state(engine):
     return state, groups
 
 
+@pytest.mark.slow
 def test_engine_checkpoint_resume_is_bit_identical_to_training_straight(make_engine, qwen_trajectory, tmp_path):
     """N updates straight == N - k updates, save, load into a fresh engine, k more: weights, AdamW state, LR.
 
