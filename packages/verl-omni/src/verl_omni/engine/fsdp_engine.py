@@ -125,6 +125,7 @@ class DiffusersFSDPEngine:
                 block.compile()
             fully_shard(block, reshard_after_forward=fsdp.reshard_after_forward, **kwargs)
         fully_shard(transformer, reshard_after_forward=fsdp.reshard_after_forward, **kwargs)
+        _fsdp_lazy_init(transformer)
         self.module = transformer
         self.num_sharded_blocks = len(blocks)
 
@@ -431,6 +432,18 @@ class DiffusersFSDPEngine:
         if step is not None:
             self.global_step = step
         return self.global_step
+
+
+def _fsdp_lazy_init(module: nn.Module) -> None:
+    """Run FSDP2's lazy initialisation now instead of at the module's first forward.
+
+    At that initialisation FSDP2 records each parameter group's original and reduce dtypes from the parameters
+    that require grad at that moment. Doing it at construction, where `requires_grad` is what training uses, makes
+    the engine independent of which forward comes first (e.g. a reference pass with the adapters disabled).
+    `_get_fsdp_state()._lazy_init()` is torch's own (private, idempotent) entry point that every root forward
+    calls first; it exists in every torch this package supports (>= 2.6).
+    """
+    module._get_fsdp_state()._lazy_init()
 
 
 def _accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
