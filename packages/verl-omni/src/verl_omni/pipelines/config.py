@@ -13,7 +13,7 @@ __all__ = ["DiffusionSamplingConfig"]
 
 @dataclasses.dataclass
 class DiffusionSamplingConfig(BaseConfig):
-    """Sampling parameters; defaults follow flowgrpo_math.md §5 (Qwen-Image recipe shape).
+    """Sampling parameters; defaults follow the shape of the published Qwen-Image FlowGRPO recipe.
 
     Args:
         n (`int`, defaults to 1): images per prompt (group size).

@@ -1,6 +1,6 @@
 """Flow-matching SDE / CPS sampler with exact per-step Gaussian log-probabilities (the FlowGRPO policy).
 
-The math is spelled out in docs/omni/sampling.md (and flowgrpo_math.md §1-§2): step ``i`` maps a latent
+The math is derived in docs/omni/math.md (§2 sde, §3 cps, §4 log-prob): step ``i`` maps a latent
 ``x`` at ``σ = sigmas[i]`` to ``x'`` at ``σ' = sigmas[i + 1]`` through a Gaussian ``N(μ, s²·I)`` whose mean is
 linear in the velocity ``v``. Log-probs are the exact Gaussian log-density of ``x'`` reduced by the **mean** over
 every non-batch element and are computed in at least float32 whatever the input dtype.
