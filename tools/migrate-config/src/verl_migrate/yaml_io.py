@@ -41,19 +41,59 @@ def guess_style(text: str) -> dict[str, Any]:
     }
 
 
+_CLASSES: dict[str, tuple[Any, Any]] = {}
+
+
+def _classes(null: str) -> tuple[Any, Any]:
+    """Return the constructor and representer classes: booleans keep their spelling, nulls are spelled `null`.
+
+    They are subclasses, so ruamel.yaml's own round-trip classes (used by other code in the process) are untouched.
+    """
+    if null in _CLASSES:
+        return _CLASSES[null]
+    from ruamel.yaml.constructor import RoundTripConstructor, SafeConstructor
+    from ruamel.yaml.representer import RoundTripRepresenter
+    from ruamel.yaml.scalarbool import ScalarBoolean
+
+    class SpelledBool(ScalarBoolean):
+        """A boolean written `True`, `FALSE`, ... (or anchored): dumped as it was written."""
+
+        spelling = "true"
+
+    class Constructor(RoundTripConstructor):
+        def construct_yaml_sbool(self, node: Any) -> Any:
+            value = SafeConstructor.construct_yaml_bool(self, node)
+            if node.value in ("true", "false") and not node.anchor:
+                return value
+            out = SpelledBool(value, anchor=node.anchor) if node.anchor else SpelledBool(value)
+            out.spelling = node.value
+            return out
+
+    Constructor.add_constructor("tag:yaml.org,2002:bool", Constructor.construct_yaml_sbool)
+
+    class Representer(RoundTripRepresenter):
+        def represent_spelled_bool(self, data: Any) -> Any:
+            return self.represent_scalar("tag:yaml.org,2002:bool", data.spelling, anchor=data.yaml_anchor())
+
+        def represent_spelled_none(self, data: Any) -> Any:
+            return self.represent_scalar("tag:yaml.org,2002:null", null)
+
+    Representer.add_representer(SpelledBool, Representer.represent_spelled_bool)
+    Representer.add_representer(type(None), Representer.represent_spelled_none)
+    _CLASSES[null] = (Constructor, Representer)
+    return _CLASSES[null]
+
+
 def _yaml(style: dict[str, Any] | None = None) -> Any:
     from ruamel.yaml import YAML
 
     y = YAML(typ="rt")
     y.preserve_quotes = True
     y.width = 4096
+    y.Constructor, y.Representer = _classes(style["null"] if style is not None else "null")
     if style is not None:
         y.indent(mapping=style["mapping"], sequence=style["offset"] + 2, offset=style["offset"])
         y.explicit_start = style["explicit_start"] or None
-        spelled = style["null"]
-        y.representer.add_representer(
-            type(None), lambda rep, _data: rep.represent_scalar("tag:yaml.org,2002:null", spelled)
-        )
     return y
 
 
