@@ -171,7 +171,9 @@ def test_directory_walk(tmp_path, capsys) -> None:
     assert "pipeline" in (tmp_path / "a/one.yaml").read_text()
     assert "pipeline" in (tmp_path / "a/b/two.yml").read_text()
     assert (
-        (tmp_path / "a/run.sh").read_text().startswith("verl-omni-train actor_rollout_ref.rollout.pipeline.height=256 ")
+        (tmp_path / "a/run.sh")
+        .read_text()
+        .startswith("python3 -m verl_omni.trainer.main_diffusion actor_rollout_ref.rollout.pipeline.height=256 ")
     )
     assert (tmp_path / "a/notes.txt").read_text() == OLD
     assert (tmp_path / "a/.hidden/three.yaml").read_text() == OLD
@@ -336,8 +338,8 @@ def test_script_flag_and_sniffing(tmp_path, capsys) -> None:
     path = _write(tmp_path, "launch", "python3 -m verl.trainer.main_flowgrpo algorithm.adv_estimator=flow_grpo\n")
     assert main([path]) == 0
     assert capsys.readouterr().out == (
-        "verl-omni-train actor_rollout_ref.model.algorithm=flow_grpo actor_rollout_ref.model.lora_rank=32 "
-        "actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=40\n"
+        "python3 -m verl_omni.trainer.main_diffusion actor_rollout_ref.model.algorithm=flow_grpo "
+        "actor_rollout_ref.model.lora_rank=32 actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=40\n"
     )
 
 

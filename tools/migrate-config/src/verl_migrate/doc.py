@@ -77,6 +77,10 @@ class Doc:
         """Return the 1-based line of `path` in the input, if known."""
         return None
 
+    def via(self, path: str) -> str | None:
+        """Return where the value of `path` really comes from (a launch script's variable), if elsewhere."""
+        return None
+
     def deletions(self) -> list[str]:
         """Return the keys the document deletes (`~key` overrides; YAML has none)."""
         return []

@@ -31,7 +31,7 @@ class RenameKey(Rule):
 
     old: str = ""
     new: str = ""
-    creates: tuple[tuple[str, str], ...] = ()
+    creates: tuple[str, ...] = ()
     null_unset: bool = False
 
     kind: ClassVar[str] = "rename-key"
@@ -76,7 +76,7 @@ class SplitDict(Rule):
     routes: tuple[tuple[str, str], ...] = ()
     ignored: tuple[str, ...] = ()
     ignored_note: str = ""
-    creates: tuple[tuple[str, str], ...] = ()
+    creates: tuple[str, ...] = ()
 
     kind: ClassVar[str] = "split-dict"
 
@@ -237,7 +237,9 @@ class Flag(Rule):
             "equals": present and any(same_value(doc.get(self.path), v) for v in self.values),
         }[self.condition]
         if hit:
-            doc.pending.append((self.path, self.message, self.id, doc.line(self.path)))
+            via = doc.via(self.path) if present else None
+            message = f"{self.message} (value from {via})" if via else self.message
+            doc.pending.append((self.path, message, self.id, doc.line(self.path)))
 
     def describe(self) -> str:
         """Return the condition."""
@@ -359,10 +361,10 @@ class FixPlusPrefix(Rule):
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class ReplaceEntryPoint(Rule):
-    """Launch scripts: `python3 -m <old module>` becomes the `command` console script."""
+    """Launch scripts: `python3 -m <old module>` runs `module` instead (only the module name is rewritten)."""
 
     modules: tuple[str, ...] = ()
-    command: str = ""
+    module: str = ""
 
     kind: ClassVar[str] = "entry-point"
     phase: ClassVar[int] = PHASE_DEFAULTS
@@ -373,4 +375,4 @@ class ReplaceEntryPoint(Rule):
 
     def describe(self) -> str:
         """Return the command mapping."""
-        return " / ".join(f"`python3 -m {m}`" for m in self.modules) + f" → `{self.command}`"
+        return " / ".join(f"`python3 -m {m}`" for m in self.modules) + f" → `python3 -m {self.module}`"

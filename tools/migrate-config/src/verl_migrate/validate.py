@@ -44,8 +44,8 @@ def _type_error(path: str, value: Any) -> str | None:
     if dflt is None or dflt in ("???", "null", "") or "${" in dflt:
         return None
     value = normalize(value)
-    if isinstance(value, str) and ("${" in value or value == "???"):
-        return None
+    if isinstance(value, str) and ("$" in value or value == "???"):
+        return None  # an interpolation, or a shell variable of a launch script: known only at run time
     want = parse_text(dflt)
     ok = {
         bool: lambda v: isinstance(v, bool),
