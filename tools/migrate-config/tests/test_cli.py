@@ -402,8 +402,9 @@ def test_config_group_files_by_header_or_option(tmp_path, capsys) -> None:
         "# @package actor_rollout_ref.rollout\ndefaults:\n  - rollout\n  - _self_\nheight: 256\n",
     )
     assert main([header]) == 0
+    # verl-omni's diffusion rollout group has no LLM `rollout` option to layer on
     assert capsys.readouterr().out == (
-        "# @package actor_rollout_ref.rollout\ndefaults:\n  - rollout\n  - _self_\npipeline:\n  height: 256\n"
+        "# @package actor_rollout_ref.rollout\ndefaults:\n  - _self_\npipeline:\n  height: 256\n"
     )
     plain = _write(
         tmp_path, "model/mine.yaml", "lora_rank: 8\nheight: ${oc.select:actor_rollout_ref.rollout.height,512}\n"

@@ -40,7 +40,12 @@ def split_lead(lines: Lines) -> tuple[Lines, Lines, Lines]:
 
 
 def join_gaps(above: Lines, below: Lines) -> Lines:
-    """Concatenate two runs of lines, keeping as many blank lines at the seam as the larger side had."""
+    """Concatenate two runs of lines, keeping as many blank lines at the seam as the larger side had.
+
+    With nothing below (the end of the file), blank lines that ended `above` go too.
+    """
+    if not below:
+        return _rstrip_blank(above)
     a = len(above) - len(_rstrip_blank(above))
     b = len(below) - len(_lstrip_blank(below))
     return _rstrip_blank(above) + [""] * max(a, b) + _lstrip_blank(below)
@@ -130,6 +135,30 @@ class Gaps:
         self._owners: dict[int, tuple[int, Any]] = self._scan_anchor_tokens()
         #: the mapping that is the file's top level (the package node of a config-group file)
         self.top = root
+        #: the comment lines at the top of the file that are not the first key's comment (see `set_top`)
+        self.header: Lines = []
+
+    def set_top(self, top: Any) -> None:
+        """Mark `top` as the file's top level and pin its header: the comment block at the very top of the file.
+
+        The header is everything above the first key up to the last blank line, or, with no blank line there, all
+        of it (`# @package ...` right above the first key is a header, not that key's comment). It stays on top
+        whichever key ends up first.
+        """
+        self.top = top
+        head = self.gap(top, 0) if len(top) else []
+        floating, _, _ = split_lead(head)
+        self.header = _rstrip_blank(floating) if any(not ln.strip() for ln in head) else list(head)
+
+    def _split_head(self, container: Any, lines: Lines) -> tuple[Lines, Lines, Lines]:
+        """`split_lead` for the lines above a first child; the file's header always stays floating."""
+        if container is self.top and self.header and lines[: len(self.header)] == self.header:
+            k = len(self.header)
+            floating, sep, lead = split_lead(lines[k:])
+            if not floating and not lead:
+                return self.header + sep, [], []
+            return self.header + floating, sep, lead
+        return split_lead(lines)
 
     # -- parents ----------------------------------------------------------------------------------------------
     def parent(self, container: Any) -> tuple[Any, Any] | None:
@@ -306,10 +335,7 @@ class Gaps:
         keys = _keys(container)
         i = keys.index(key)
         above = self.gap(container, i)
-        if i == 0 and container is self.top and all(ln.strip() for ln in above):
-            floating, sep, lead = above, [], []  # the file's header, not the first key's comment
-        else:
-            floating, sep, lead = split_lead(above)
+        floating, sep, lead = self._split_head(container, above) if i == 0 else split_lead(above)
         below = self.gap(container, i + 1)
         if i == 0:
             self._set_head(container, [])
@@ -337,10 +363,7 @@ class Gaps:
             self.set_gap(container, 0, [])
         elif index == 0:
             # lines about the container itself (the file header, say) stay on top; the old first child keeps its own
-            if container is self.top and all(ln.strip() for ln in below):
-                floating, sep, lead = below, [], []
-            else:
-                floating, sep, lead = split_lead(below)
+            floating, sep, lead = self._split_head(container, below)
             below = sep + lead if lead else []
             lines = join_gaps(floating, lines) if floating else lines
             self._set_head(container, [])
@@ -351,12 +374,9 @@ class Gaps:
             if entry is not None:
                 container.ca.items[key] = entry
         else:
-            items = container.ca.items
-            for k in sorted((k for k in items if k >= index), reverse=True):
-                items[k + 1] = items.pop(k)
-            container.insert(index, value)
+            container.insert(index, value)  # shifts the comment entries of the later items itself
             if entry is not None:
-                items[index] = entry
+                container.ca.items[index] = entry
         self.set_gap(container, index + 1, below)
         self.set_gap(container, index, lines)
 

@@ -33,6 +33,9 @@ class RenameKey(Rule):
     new: str = ""
     creates: tuple[str, ...] = ()
     null_unset: bool = False
+    #: the target keeps `old` as an alias of `new` (its default in the target's tree): a root config or a dump
+    #: keeps the key, with that alias as its value, where it was
+    alias: bool = False
 
     kind: ClassVar[str] = "rename-key"
 
@@ -42,8 +45,34 @@ class RenameKey(Rule):
         return PHASE_LEGACY if self.null_unset else PHASE_MOVE
 
     def apply(self, doc: Doc) -> None:
-        """Move `old` to `new` (conflicts raise, equal duplicates merge)."""
+        """Move `old` to `new` (conflicts raise, equal duplicates merge); keep `old` as the target's alias."""
+        if self.alias and doc.kind == "yaml" and (doc.is_root or doc.full_dump) and self._keep_alias(doc):
+            return
         self.move_path(doc, self.old, self.new, null_unset=self.null_unset, creates=self.creates)
+
+    def _keep_alias(self, doc: Doc) -> bool:
+        """Copy the value of `old` to `new` and make `old` the target's alias; return False if `old` is absent."""
+        alias = head_defaults().get(self.old)
+        if alias is None or not doc.has(self.old) or doc.is_map(self.old):
+            return False
+        if same_value(doc.get(self.old), alias):
+            return True  # already the alias
+        old_text = text_of(doc, self.old)
+        if not doc.has(self.new):
+            doc.set(self.new, doc.get(self.old))
+            self.change(doc, "move", self.old, new_path=self.new, old=old_text, new=old_text, line=doc.line(self.old))
+        elif not same_value(doc.get(self.new), doc.get(self.old)):
+            self.move_path(doc, self.old, self.new)  # raises the usual conflict error
+        doc.set(self.old, alias)
+        self.change(
+            doc,
+            "alias",
+            self.old,
+            old=old_text,
+            new=alias,
+            note=f"verl-omni keeps `{self.old}` as an alias of `{self.new}`",
+        )
+        return True
 
     def path_map(self) -> list[tuple[str, str]]:
         """Return `[(old, new)]`."""
@@ -51,7 +80,8 @@ class RenameKey(Rule):
 
     def describe(self) -> str:
         """Return "`old` → `new`"."""
-        return f"`{self.old}` → `{self.new}`"
+        alias = f"; a root config keeps `{self.old}: {head_defaults().get(self.old)}`" if self.alias else ""
+        return f"`{self.old}` → `{self.new}`{alias}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -148,6 +178,8 @@ class RenameValue(Rule):
             doc.set(path, self.new)
             self.change(doc, "rename-value", path, old=old, new=self.new)
             for key, value in self.also_set:
+                if not doc.owns(key):
+                    continue
                 if doc.has(key):
                     if not same_value(doc.get(key), value):
                         prev = text_of(doc, key)
@@ -267,7 +299,7 @@ class SetExplicitDefault(Rule):
 
     def apply(self, doc: Doc) -> None:
         """Write the old default explicitly and report the semantic change."""
-        if doc.has(self.path) or any(doc.has(a) for a in self.aliases):
+        if doc.has(self.path) or any(doc.has(a) for a in self.aliases) or not doc.owns(self.path):
             return
         if self.requires is not None and (not doc.has(self.requires) or normalize(doc.get(self.requires)) is None):
             return
@@ -311,7 +343,9 @@ class RewriteDefaultsEntry(Rule):
     phase: ClassVar[int] = PHASE_DEFAULTS
 
     def apply(self, doc: Doc) -> None:
-        """Rewrite or drop every matching defaults entry / group override."""
+        """Rewrite or drop every matching defaults entry / group override (not a config-group file's own list)."""
+        if doc.package:
+            return
         while True:
             match = [e for e in doc.group_entries() if e.group == self.group]
             if not match:

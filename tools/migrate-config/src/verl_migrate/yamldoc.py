@@ -13,6 +13,7 @@ from verl_migrate.doc import Doc, GroupEntry
 from verl_migrate.errors import MigrationError
 from verl_migrate.keys import is_old_key
 from verl_migrate.report import FileReport
+from verl_migrate.target import CONFIG_NAME
 
 _OLD_TARGET_PREFIX = ("verl.workers.config.", "verl.trainer.config.Diffusion")
 
@@ -50,20 +51,22 @@ class YamlDoc(Doc):
             root = outer
         self.root = root
         self.gaps = Gaps(root)
-        self.gaps.top = self._node(package) if package else root
         if head:
             from verl_migrate.comments import tokens_to_lines
 
             self.gaps.set_gap(self._node(package), 0, tokens_to_lines(head))
+        self.gaps.set_top(self._node(package) if package else root)
         self._shared = _shared_containers(root)
         self._created: dict[str, str] = {}
-        self.full_dump = any(
+        self.full_dump = not package and any(
             self.has(p) for p in ("actor_rollout_ref.rollout._target_", "actor_rollout_ref.actor._target_")
         )
         entries = self.group_entries()
-        on_trainer = any(e.group.lstrip("/") == "diffusion_trainer" for e in entries)
-        self.root_based = self.full_dump or on_trainer
-        self.legacy = self._looks_legacy(entries)
+        on_trainer = any(e.group.lstrip("/") == CONFIG_NAME for e in entries)
+        #: a root config: it composes the config groups itself (a defaults list with `group@package` entries)
+        self.is_root = not package and not on_trainer and not self.full_dump and any(e.package for e in entries)
+        self.root_based = self.full_dump or on_trainer or self.is_root
+        self.legacy = self._looks_legacy([] if package else entries)
 
     def _looks_legacy(self, entries: list[GroupEntry]) -> bool:
         from verl_migrate.keys import is_head_key
@@ -337,11 +340,33 @@ class YamlDoc(Doc):
         node.ca.comment = [None, lines_to_tokens(head)] if head else None
         return node
 
+    def owns(self, path: str) -> bool:
+        """Return whether `path` lies in this file (below the package of a config-group file)."""
+        return not self.package or path.startswith(self.package + ".")
+
+    def defaults_seq(self) -> Any:
+        """Return the file's own `defaults:` list (None if it has none)."""
+        node = self._node(self.package) if self.package else self.root
+        seq = node.get("defaults") if isinstance(node, dict) else None
+        return seq if isinstance(seq, list) else None
+
+    def insert_group(self, index: int, name: str, option: str | None) -> None:
+        """Insert the defaults entry `name: option` (or `name`) at `index`, spaced like the entry it goes before."""
+        seq = self.defaults_seq()
+        if seq is None:
+            return
+        item: Any = name
+        if option is not None:
+            item = CommentedMap()
+            item[name] = option
+        from verl_migrate.comments import split_lead
+
+        _, sep, _ = split_lead(self.gaps.gap(seq, min(index, len(seq))))
+        self.gaps.insert(seq, index, index, item, None, list(sep))
+
     def group_entries(self) -> list[GroupEntry]:
-        """Return the entries of the top-level `defaults:` list."""
-        if self.package:
-            return []
-        seq = self.root.get("defaults") if isinstance(self.root, dict) else None
+        """Return the entries of the file's `defaults:` list (a config-group file's own list is relative to it)."""
+        seq = self.defaults_seq()
         if not isinstance(seq, list):
             return []
         out = []
