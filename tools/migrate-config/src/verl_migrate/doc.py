@@ -81,6 +81,10 @@ class Doc:
         """Return the 1-based line of `path` in the input, if known."""
         return None
 
+    def searchpath(self) -> list[tuple[str, int | None]]:
+        """Return the entries of `hydra.searchpath` the document sets, with their lines."""
+        return []
+
     def owns(self, path: str) -> bool:
         """Return whether `path` lies in this document (a config-group file holds only its package)."""
         return True

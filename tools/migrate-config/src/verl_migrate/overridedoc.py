@@ -166,6 +166,15 @@ class OverrideDoc(Doc):
         found = [e for e in self._under(path, live=False) if e.key == path]
         return found[0].line if found else None
 
+    def searchpath(self) -> list[tuple[str, int | None]]:
+        """Return the entries of `hydra.searchpath=[...]` overrides, with their lines."""
+        out = []
+        for e in self.entries:
+            if e.key == "hydra.searchpath" and e.value is not None and not e.deleted:
+                items = e.value.strip().removeprefix("[").removesuffix("]")
+                out.extend((i.strip().strip("'\""), e.line) for i in items.split(",") if i.strip())
+        return out
+
     def deletions(self) -> list[str]:
         """Return the keys of the live `~key` overrides."""
         return [str(e.key) for e in self.entries if e.is_config and e.prefix == "~" and not e.deleted]

@@ -106,7 +106,7 @@ class Runner:
 
             data = yaml_io.load(new, report.path)
             package, _ = resolve_package(new, report.path, data, self.args.package)
-            n = validate.validate_yaml(data, report, package=package)
+            n = validate.validate_yaml(data, report, package=package, text=new)
         for f in report.findings:
             if f.category == "error":
                 print(f"{report.path}: validate: {f.path}: {f.message}", file=sys.stderr)

@@ -56,6 +56,10 @@ class YamlDoc(Doc):
 
             self.gaps.set_gap(self._node(package), 0, tokens_to_lines(head))
         self.gaps.set_top(self._node(package) if package else root)
+        top = self.gaps.top
+        gaps = [self.gaps.gap(top, i) for i in range(1, len(top))]
+        #: the lines a new top-level section gets above it: a blank line when the file separates its sections so
+        self._section_gap = [""] if gaps and all(g[:1] == [""] for g in gaps) else []
         self._shared = _shared_containers(root)
         self._created: dict[str, str] = {}
         self.full_dump = not package and any(
@@ -227,6 +231,8 @@ class YamlDoc(Doc):
                         pos = min(anchor_pos.get(slot, pos), len(node))
                     self._created[slot] = part
                 above = reindent(lines, self.column(".".join(parts[: i + 1])))
+                if node is self.gaps.top and pos == len(node) and not above:
+                    above = list(self._section_gap)
                 self.gaps.insert(node, pos, part, CommentedMap(), None, above)
             if node[part] is None:  # `key:` with no value is an empty mapping for our purpose
                 node[part] = CommentedMap()
@@ -339,6 +345,20 @@ class YamlDoc(Doc):
         head = self.gaps.gap(node, 0) if len(node) else []
         node.ca.comment = [None, lines_to_tokens(head)] if head else None
         return node
+
+    def searchpath(self) -> list[tuple[str, int | None]]:
+        """Return the entries of the file's `hydra.searchpath` list, with their lines."""
+        seq = self.get("hydra.searchpath") if not self.package else None
+        if not isinstance(seq, list):
+            return []
+        out = []
+        for i, item in enumerate(seq):
+            try:
+                line = seq.lc.item(i)[0] + 1
+            except (AttributeError, KeyError, TypeError, IndexError):
+                line = None
+            out.append((str(item), line))
+        return out
 
     def owns(self, path: str) -> bool:
         """Return whether `path` lies in this file (below the package of a config-group file)."""
