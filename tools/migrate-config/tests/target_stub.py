@@ -19,7 +19,7 @@ def _emit(tree: dict, lines: list[str], ind: int) -> None:
             lines.append(" " * ind + f"'{key}':")
             _emit(value, lines, ind + 2)
         else:
-            text = value if value != "" else "null"
+            text = value if value != "" else "''"
             if text.startswith("${"):
                 text = "'" + text + "'"
             lines.append(" " * ind + f"'{key}': {text}")
@@ -52,7 +52,7 @@ def write_target_config(folder: str) -> str:
         if package:
             _emit(_tree(package + ".", [k for k in head_defaults() if k.startswith(package + ".")]), body, 0)
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(body) + "\n" if body else "{}\n")
+            fh.write("\n".join(body) + "\n" if body else "# @package _global_\n{}\n")
     lines.append("  - _self_")
     _emit(_tree("", list(target.root_keys())), lines, 0)
     with open(os.path.join(root, f"{target.CONFIG_NAME}.yaml"), "w", encoding="utf-8") as fh:

@@ -367,3 +367,31 @@ def test_moved_keys_take_their_comment_block_and_keep_the_blank_line_style() -> 
 def test_the_file_header_stays_on_top_when_the_first_key_moves() -> None:
     out, _ = migrate_yaml_text("# @package actor_rollout_ref.rollout\nheight: 256\nn: 2\n")
     assert out == "# @package actor_rollout_ref.rollout\npipeline:\n  height: 256\nn: 2\n"
+
+
+def test_lines_the_dump_would_respell_keep_their_text() -> None:
+    out = _m(
+        """\
+        actor_rollout_ref:
+          rollout:
+            height: 256
+            name:
+            top_k: ~
+            n:   2
+          model:
+            path:  ${oc.env:MODEL_DIR}/Qwen-Image
+        """
+    )
+    assert out == textwrap.dedent(
+        """\
+        actor_rollout_ref:
+          rollout:
+            pipeline:
+              height: 256
+            name:
+            top_k: ~
+            n:   2
+          model:
+            path:  ${oc.env:MODEL_DIR}/Qwen-Image
+        """
+    )

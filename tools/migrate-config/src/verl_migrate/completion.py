@@ -117,7 +117,9 @@ def _blocked(doc: Doc, key: str) -> bool:
 
 
 def _value(text: str) -> Any:
-    """Return a key-tree default as the YAML value to write."""
+    """Return a key-tree default as the YAML value to write (an empty default is the empty string)."""
+    if text == "":
+        return ""
     value = parse_text(text)
     if isinstance(value, str) and value != text.strip() and text.strip()[:1] not in "'\"":
         return text.strip()

@@ -56,11 +56,14 @@ def _problems(cfg: Any, reference: Any) -> list[tuple[str, str]]:
 
     found: list[tuple[str, str]] = []
     mine, theirs = _flatten(cfg), _flatten(reference)
-    for key in mine:
-        try:
-            OmegaConf.select(cfg, key, throw_on_resolution_failure=True, throw_on_missing=False)
-        except Exception as e:  # omegaconf raises several error types; each is reported by key
-            found.append((key, f"does not resolve: {_first_line(e)}"))
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception:  # some interpolation fails: find which, key by key
+        for key in mine:
+            try:
+                OmegaConf.select(cfg, key, throw_on_resolution_failure=True, throw_on_missing=False)
+            except Exception as e:  # omegaconf raises several error types; each is reported by key
+                found.append((key, f"does not resolve: {_first_line(e)}"))
     for key in theirs:
         if key not in mine and not any(key.startswith(m + ".") for m in mine):
             found.append((key, "missing: verl-omni's config defines it, so its trainer may read it"))
@@ -85,6 +88,7 @@ class Composer:
         self._tmp = tempfile.mkdtemp(prefix="verl_migrate_compose_")
         self.folder = os.path.join(self._tmp, "config")
         shutil.copytree(folder, self.folder)
+        self._reference: Any = None
 
     def close(self) -> None:
         """Remove the temporary folder."""
@@ -107,8 +111,14 @@ class Composer:
             return compose(name, overrides=list(overrides or ()))
 
     def reference(self) -> Any:
-        """Return the target's own root config, composed."""
-        return self._compose(target.CONFIG_NAME)
+        """Return the target's own root config, composed (once)."""
+        if self._reference is None:
+            self._reference = self._compose(target.CONFIG_NAME)
+        return self._reference
+
+    def compose(self, overrides: list[str]) -> Any:
+        """Return the target's root config composed with `overrides` (Hydra's errors propagate)."""
+        return self._compose(target.CONFIG_NAME, overrides)
 
     def root(self, text: str) -> list[tuple[str, str]]:
         """Compose `text` as the primary config; return `(key, problem)` pairs (`defaults` for composition errors)."""
@@ -135,16 +145,36 @@ class Composer:
         return _problems(cfg, self.reference())
 
     def overrides(self, overrides: list[str]) -> list[tuple[str, str]]:
-        """Compose the target's root with launch-script overrides; on failure find each refused override."""
+        """Compose the target's root with launch-script overrides; on failure find each refused override.
+
+        Value overrides are checked against the target's composed tree (a plain key must exist, a `+` key must not);
+        only group overrides are composed one by one.
+        """
         try:
-            cfg = self._compose(target.CONFIG_NAME, overrides)
-        except Exception:  # find which overrides Hydra refuses, one at a time
-            found = []
-            for ov in overrides:
+            cfg = self.compose(overrides)
+        except Exception as e:  # find which overrides Hydra refuses
+            found = [_refused(self.reference(), ov) for ov in overrides if "." in ov.split("=", 1)[0]]
+            for ov in (o for o in overrides if "." not in o.split("=", 1)[0]):
                 try:
-                    self._compose(target.CONFIG_NAME, [ov])
-                except Exception as e:
-                    key = ov.lstrip("+~").split("=", 1)[0]
-                    found.append((key, f"Hydra refuses `{ov}`: {_first_line(e)}"))
-            return found
+                    self.compose([ov])
+                except Exception as err:  # a config-group override naming a group or option that does not exist
+                    found.append((ov.lstrip("+~").split("=", 1)[0], f"Hydra refuses `{ov}`: {_first_line(err)}"))
+            found = [f for f in found if f is not None]
+            return found or [("<overrides>", f"Hydra cannot compose them: {_first_line(e)}")]
         return [(k, p) for k, p in _problems(cfg, self.reference()) if not p.startswith("missing")]
+
+
+def _refused(reference: Any, override: str) -> tuple[str, str] | None:
+    """Return why Hydra refuses a value override on `reference`, or None."""
+    from omegaconf import OmegaConf
+
+    prefix = override[: len(override) - len(override.lstrip("+~"))]
+    key = override.lstrip("+~").split("=", 1)[0]
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(reference, parent) if parent else reference
+    exists = node is not None and hasattr(node, "keys") and leaf in node
+    if prefix in ("", "~") and not exists and not _dataclass_only(key):
+        return key, f"Hydra refuses `{override}`: verl-omni's config has no `{key}` (add `+` only for a new key)"
+    if prefix == "+" and exists:
+        return key, f"Hydra refuses `{override}`: `{key}` already exists; drop the `+`"
+    return None
