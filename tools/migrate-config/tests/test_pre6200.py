@@ -146,9 +146,10 @@ def test_migrated_rollout_group_file_composes_in_the_targets_group(composer) -> 
 def test_model_group_file_is_detected_by_its_folder_and_fully_migrated() -> None:
     out, report = _yaml(MODEL)
     doc = _doc(out, "actor_rollout_ref.model")
-    assert doc.get("actor_rollout_ref.model.pipeline.height") == "${oc.select:actor_rollout_ref.rollout.pipeline.height,512}"
+    pipeline = "actor_rollout_ref.model.pipeline"
+    assert doc.get(f"{pipeline}.height") == "${oc.select:actor_rollout_ref.rollout.pipeline.height,512}"
     assert not doc.has("actor_rollout_ref.model.height") and not doc.has("actor_rollout_ref.model.extra_configs")
-    assert doc.get("actor_rollout_ref.model.pipeline._target_") == "verl_omni.workers.config.diffusion.DiffusionPipelineConfig"
+    assert doc.get(f"{pipeline}._target_") == "verl_omni.workers.config.diffusion.DiffusionPipelineConfig"
     assert any(f.category == "note" and "from its folder" in f.message for f in report.findings)
 
 
