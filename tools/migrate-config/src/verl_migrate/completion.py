@@ -18,8 +18,8 @@ from verl_migrate.keys import head_defaults, parse_text
 from verl_migrate.rules.base import PHASE_EXPLICIT, Rule
 
 
-def _legacy_root(doc: Doc) -> bool:
-    return doc.kind == "yaml" and not doc.package and doc.is_root and doc.is_legacy()
+def _root(doc: Doc) -> bool:
+    return doc.kind == "yaml" and not doc.package and doc.is_root
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -32,7 +32,7 @@ class CompleteRootDefaults(Rule):
 
     def apply(self, doc: Doc) -> None:
         """Add the target's root entries this root lacks (before `_self_`); report entries naming no target group."""
-        if not _legacy_root(doc):
+        if not _root(doc):
             return
         entries = doc.group_entries()
         packages = {e.package for e in entries if e.package} | {e.group for e in entries if not e.package}
@@ -81,7 +81,7 @@ class CompleteRootKeys(Rule):
 
     def apply(self, doc: Doc) -> None:
         """Write each missing key with the target's default."""
-        if doc.kind != "yaml" or doc.package or not doc.is_legacy():
+        if doc.kind != "yaml" or doc.package:
             return
         if doc.full_dump:
             keys: tuple[str, ...] = tuple(head_defaults())
