@@ -90,6 +90,13 @@ def _keys(container: Any) -> list[Any]:
     return list(container.keys()) if isinstance(container, dict) else list(range(len(container)))
 
 
+def _holds(container: Any, key: Any, value: Any) -> bool:
+    try:
+        return container[key] is value
+    except (KeyError, IndexError, TypeError):
+        return False
+
+
 def _is_nonempty(value: Any) -> bool:
     return isinstance(value, (CommentedMap, CommentedSeq)) and len(value) > 0
 
@@ -132,6 +139,7 @@ class Gaps:
     def __init__(self, root: Any):
         """Bind to the document's root mapping."""
         self.root = root
+        self._parents: dict[int, tuple[Any, Any]] | None = None
         self._owners: dict[int, tuple[int, Any]] = self._scan_anchor_tokens()
         #: the mapping that is the file's top level (the package node of a config-group file)
         self.top = root
@@ -165,20 +173,38 @@ class Gaps:
         """Return `(parent, key)` holding `container` (None for the root or a node not in the tree)."""
         if container is self.root:
             return None
+        if self._parents is None or id(container) not in self._parents:
+            self._parents = self._walk_parents()
+        up = self._parents.get(id(container))
+        if up is not None and not _holds(up[0], up[1], container):
+            self._parents = self._walk_parents()  # the tree changed behind our back (a value replaced in place)
+            up = self._parents.get(id(container))
+        return up
+
+    def forget_parents(self) -> None:
+        """Drop the cached parent links (call after replacing containers outside `insert`/`remove`)."""
+        self._parents = None
+
+    def _walk_parents(self) -> dict[int, tuple[Any, Any]]:
+        out: dict[int, tuple[Any, Any]] = {}
         todo = [self.root]
-        seen: set[int] = set()
         while todo:
             node = todo.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
             for k in _keys(node):
                 child = node[k]
-                if child is container:
-                    return node, k
-                if isinstance(child, (CommentedMap, CommentedSeq)):
+                if isinstance(child, (CommentedMap, CommentedSeq)) and id(child) not in out:
+                    out[id(child)] = (node, k)
                     todo.append(child)
-        return None
+        return out
+
+    def _register(self, container: Any) -> None:
+        """Record the parent links of `container`'s children (after an insert or a removal shifted them)."""
+        if self._parents is None:
+            return
+        for k in _keys(container):
+            child = container[k]
+            if isinstance(child, (CommentedMap, CommentedSeq)):
+                self._parents[id(child)] = (container, k)
 
     # -- end-of-line tokens ---------------------------------------------------------------------------------
     def _token(self, container: Any, key: Any) -> Any:
@@ -347,6 +373,8 @@ class Gaps:
         if isinstance(container, CommentedMap):
             container.ca.items.pop(key, None)
         del container[key]  # a sequence shifts the comment entries of the later items itself
+        if isinstance(container, CommentedSeq):
+            self._register(container)
         joined = join_gaps(floating, below)
         if i == 0 and container is self.top and not any(ln.strip() for ln in floating):
             joined = _lstrip_blank(joined)  # no blank line at the start of the file
@@ -377,6 +405,10 @@ class Gaps:
             container.insert(index, value)  # shifts the comment entries of the later items itself
             if entry is not None:
                 container.ca.items[index] = entry
+        if isinstance(container, CommentedSeq):
+            self._register(container)
+        elif self._parents is not None and isinstance(value, (CommentedMap, CommentedSeq)):
+            self._parents[id(value)] = (container, key)
         self.set_gap(container, index + 1, below)
         self.set_gap(container, index, lines)
 
