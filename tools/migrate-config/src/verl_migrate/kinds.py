@@ -200,9 +200,26 @@ class RenameValue(Rule):
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class ReplaceTarget(RenameValue):
-    """The `_target_` class of a config node moved (e.g. `verl.workers.config.*` → `verl_omni.workers.config.*`)."""
+    """The `_target_` class of a config node moved (e.g. `verl.workers.config.*` → `verl_omni.workers.config.*`).
+
+    An empty `new` means the target's config names no class for the node: the old `_target_` is dropped.
+    """
 
     kind: ClassVar[str] = "replace-target"
+
+    def apply(self, doc: Doc) -> None:
+        """Rename the class, or drop the key when the target names none."""
+        if self.new:
+            super().apply(doc)
+            return
+        for path in self._targets(doc):
+            if not doc.is_map(path) and any(same_value(doc.get(path), o) for o in self.old):
+                self.change(doc, "drop", path, old=text_of(doc, path), note="verl-omni's config names no class here")
+                doc.delete(path)
+
+    def describe(self) -> str:
+        """Return "`path`: `old` → `new`" (or "dropped")."""
+        return super().describe() if self.new else f"`{self.path}`: {' / '.join(f'`{o}`' for o in self.old)} dropped"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

@@ -93,9 +93,22 @@ def target_class(path: str) -> str:
     Raises:
         KeyError: the target's config has no `_target_` at `path`.
     """
+    found = target_class_or_none(path)
+    if found is None:
+        raise KeyError(f"the target config has no `{path}._target_` (see verl_migrate/target.py)")
+    return found
+
+
+def target_class_or_none(path: str) -> str | None:
+    """Return the `_target_` class the target's config names for the node at `path`, None if it names none."""
     from verl_migrate.keys import head_defaults
 
-    key = f"{path}._target_"
-    if key not in head_defaults():
-        raise KeyError(f"the target config has no `{key}` (see verl_migrate/target.py)")
-    return head_defaults()[key]
+    return head_defaults().get(f"{path}._target_")
+
+
+def new_group(old_package: str | None, old_group: str) -> str | None:
+    """Return the target's group for an old defaults entry (by its package), None when the target has none."""
+    if old_package:
+        return group_of_package(old_package)
+    candidate = f"diffusion/{old_group}"
+    return candidate if candidate in GROUP_OPTIONS else None

@@ -10,7 +10,7 @@ from verl_migrate.doc import Doc
 from verl_migrate.errors import ConflictError
 from verl_migrate.keys import head_defaults, normalize, old_defaults, same_value, to_text
 from verl_migrate.report import Change
-from verl_migrate.target import target_class
+from verl_migrate.target import target_class_or_none
 
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _REGISTRY: dict[str, Rule] = {}
@@ -128,8 +128,14 @@ class Rule:
             for leaf, old, line in moved:
                 self.change(doc, "move", leaf, new_path=dst + leaf[len(src) :], old=old, new=old, line=line)
             for p in missing:
-                if doc.kind == "yaml" and doc.has(p) and not doc.has(p + "._target_") and _states_targets(doc, p):
-                    cls = target_class(p)
+                cls = target_class_or_none(p)
+                if (
+                    cls
+                    and doc.kind == "yaml"
+                    and doc.has(p)
+                    and not doc.has(p + "._target_")
+                    and _states_targets(doc, p)
+                ):
                     doc.set(p + "._target_", cls, first=True)
                     self.change(doc, "add-target", p + "._target_", new=cls)
             return

@@ -7,7 +7,7 @@ follow the target when it switches. Sources: verl-omni REF0/E/9482d5c7, legacy_s
 from verl_migrate.kinds import RenameValue, ReplaceTarget
 from verl_migrate.rules._targets import ACTOR, MODEL, REF, ROLLOUT, VAL
 from verl_migrate.rules.base import register
-from verl_migrate.target import target_class
+from verl_migrate.target import target_class_or_none
 
 for _id, _node, _old, _row in (
     ("target-actor-config", ACTOR, "verl.workers.config.FSDPActorConfig", 32),
@@ -17,12 +17,13 @@ for _id, _node, _old, _row in (
     ("target-model-config", MODEL, "verl.workers.config.DiffusionModelConfig", 0),
     ("target-algorithm-config", "algorithm", "verl.trainer.config.DiffusionAlgoConfig", 0),
 ):
-    _new = target_class(_node)
+    _new = target_class_or_none(_node) or ""
+    _where = f"moved to `{_new}`" if _new else "is not named by verl-omni's config"
     register(
         ReplaceTarget(
             id=_id,
             since="0.1.0",
-            summary=f"`{_node.split('.', 1)[-1]}._target_` class moved to `{_new}`.",
+            summary=f"`{_node.split('.', 1)[-1]}._target_` class {_where}.",
             refs=(_row,) if _row else (),
             path=f"{_node}._target_",
             old=tuple(dict.fromkeys((_old, _old.replace("verl.workers.config.", "verl.workers.config.diffusion.")))),
