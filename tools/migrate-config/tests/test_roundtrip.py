@@ -395,3 +395,19 @@ def test_lines_the_dump_would_respell_keep_their_text() -> None:
             path:  ${oc.env:MODEL_DIR}/Qwen-Image
         """
     )
+
+
+def test_comments_after_a_flow_sequence_stay_outside_it() -> None:
+    out = _m(
+        """\
+        trainer:
+          nnodes: 1
+          logger: [console]
+          critic_warmup: 0
+
+        # Ray
+        ray_kwargs:
+          timeline_json_file: null
+        """
+    )
+    assert out == "trainer:\n  nnodes: 1\n  logger: [console]\n\n# Ray\nray_kwargs:\n  timeline_json_file: null\n"

@@ -39,3 +39,15 @@ def test_target_matches_the_installed_config() -> None:  # pragma: no cover - ru
     assert tuple(defaults) == target.ROOT_DEFAULTS
     for group, options in groups.items():
         assert set(options) <= set(target.GROUP_OPTIONS.get(group, ())), group
+
+
+def test_a_target_without_config_groups_gets_roots_without_group_entries(monkeypatch) -> None:
+    """This project's trainer config may compose no groups at all: a migrated root then lists none of verl's."""
+    from verl_migrate import migrate_yaml_text
+
+    monkeypatch.setattr(target, "ROOT_DEFAULTS", ())
+    monkeypatch.setattr(target, "GROUP_OPTIONS", {})
+    text = "defaults:\n  - data@data: legacy_data\n  - my_team@trainer: ours\n  - _self_\ntrainer:\n  nnodes: 1\n"
+    out, report = migrate_yaml_text(text, only=["root-defaults-complete"])
+    assert out.startswith("defaults:\n  - my_team@trainer: ours\n  - _self_\n")
+    assert any(f.rule_id == "root-defaults-complete" and "my_team" in f.path for f in report.findings)

@@ -98,7 +98,13 @@ def _holds(container: Any, key: Any, value: Any) -> bool:
 
 
 def _is_nonempty(value: Any) -> bool:
-    return isinstance(value, (CommentedMap, CommentedSeq)) and len(value) > 0
+    """Return whether `value` is a block mapping or sequence with children (a flow one is written on one line)."""
+    if not isinstance(value, (CommentedMap, CommentedSeq)) or len(value) == 0:
+        return False
+    try:
+        return not value.fa.flow_style()
+    except AttributeError:
+        return True
 
 
 def tokens_to_lines(tokens: list[Any] | None) -> Lines:

@@ -24,7 +24,12 @@ def _root(doc: Doc) -> bool:
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class CompleteRootDefaults(Rule):
-    """A root config composes every group the target's root composes; each entry names a group that exists."""
+    """A root config composes every group the target's root composes, and only groups the target has.
+
+    An entry naming one of verl's or verl-omni's groups that the target lacks goes (`CompleteRootKeys` then writes
+    its keys); an entry naming a group or option the target does not know otherwise is reported (it may be the
+    user's own).
+    """
 
     kind: ClassVar[str] = "complete-defaults"
     phase: ClassVar[int] = PHASE_EXPLICIT + 2
@@ -34,6 +39,15 @@ class CompleteRootDefaults(Rule):
         """Add the target's root entries this root lacks (before `_self_`); report entries naming no target group."""
         if not _root(doc):
             return
+        while gone := [e for e in doc.group_entries() if _gone(e.group)]:  # handles shift: re-read after each
+            doc.delete_group(gone[0])
+            self.change(
+                doc,
+                "drop-group",
+                gone[0].name,
+                old=gone[0].option,
+                note="verl-omni has no such group; its keys are added",
+            )
         entries = doc.group_entries()
         packages = {e.package for e in entries if e.package} | {e.group for e in entries if not e.package}
         for group, package, option in target.ROOT_DEFAULTS:
@@ -69,6 +83,19 @@ class CompleteRootDefaults(Rule):
         """Return what is added."""
         entries = ", ".join(f"`{g}@{p}: {o}`" if p else f"`{g}: {o}`" for g, p, o in target.ROOT_DEFAULTS)
         return f"root configs: adds the target's defaults entries they lack ({entries}); flags unknown groups"
+
+
+#: config groups of old verl's and upstream verl-omni's diffusion_trainer (a user's own groups are not among them)
+_KNOWN_GROUPS = frozenset(
+    {"model_engine", "actor", "ref", "rollout", "model", "critic", "data", "reward", "legacy_reward_impl", "algorithm"}
+    | {f"diffusion/{g}" for g in ("model_engine", "actor", "ref", "rollout", "model", "engine", "distillation")}
+)
+
+
+def _gone(group: str) -> bool:
+    """Return whether `group` is a verl / verl-omni group that the target's config does not have."""
+    name = group.lstrip("/")
+    return name in _KNOWN_GROUPS and name not in target.GROUP_OPTIONS
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

@@ -65,7 +65,7 @@ def _problems(cfg: Any, reference: Any) -> list[tuple[str, str]]:
             except Exception as e:  # omegaconf raises several error types; each is reported by key
                 found.append((key, f"does not resolve: {_first_line(e)}"))
     for key in theirs:
-        if key not in mine and not any(key.startswith(m + ".") for m in mine):
+        if key not in mine and not any(key.startswith(m + ".") or m.startswith(key + ".") for m in mine):
             found.append((key, "missing: verl-omni's config defines it, so its trainer may read it"))
     for key in mine:
         if key not in theirs and not any(key.startswith(t + ".") for t in theirs) and not _dataclass_only(key):
