@@ -136,10 +136,10 @@ def test_rollout_group_file_drops_the_llm_base_and_adds_no_lora_key(how: str, tm
 @pytest.mark.slow
 def test_migrated_rollout_group_file_composes_in_the_targets_group(composer) -> None:
     problems = composer.group_file(_yaml(ROLLOUT)[0], "actor_rollout_ref.rollout")
+    # it composes; what it lacks is reported by key (verl-omni's rollout group defines far more than this file)
     assert problems and not [p for k, p in problems if k == "defaults" or not p.startswith("missing")]
-    with pytest.raises(AssertionError):  # the unmigrated file names the LLM `rollout` option: no composition
-        problems = composer.group_file(_read(ROLLOUT), "actor_rollout_ref.rollout")
-        assert not [k for k, _ in problems if k == "defaults"]
+    old = composer.group_file(_read(ROLLOUT), "actor_rollout_ref.rollout")
+    assert [p for k, p in old if k == "defaults"]  # the old file names the LLM `rollout` option: no composition
 
 
 # 5. group files are detected, or refused naming --package -------------------------------------------------------
