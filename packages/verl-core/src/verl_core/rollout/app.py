@@ -1,4 +1,8 @@
-"""The FastAPI app of a `RolloutHttpServer`: one route per lifecycle method, JSON errors naming the field."""
+"""The FastAPI app of a `RolloutHttpServer`: one route per lifecycle method, JSON errors naming the field.
+
+`POST /generate` answers with JSON, or with a binary tensor body (`verl_core.rollout.tensor_payload`) when the
+response has fields holding tensors or TensorDicts.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from tensordict import TensorDictBase
 
 from verl_core.rollout.errors import RolloutError, WeightSyncError
 from verl_core.rollout.net import parse_json, read_body
 from verl_core.rollout.protocol import AbortRequest, AbortResponse, SleepRequest, StateResponse, WakeUpRequest
+from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, encode_tensor_body
 from verl_core.rollout.weights import WeightStreamReader
 
 if TYPE_CHECKING:
@@ -48,7 +55,13 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
     async def generate(request: Request) -> Response:
         req = parse_json(server.request_model, await read_body(request, limit))
         out = await server.generate(req)
-        return Response(out.model_dump_json(), media_type="application/json")
+        binary = [name for name, value in out if isinstance(value, (torch.Tensor, TensorDictBase))]
+        if not binary:
+            return Response(out.model_dump_json(), media_type="application/json")
+        fields = {**out.model_dump(mode="json", exclude=set(binary)), **{name: getattr(out, name) for name in binary}}
+        # one copy of every tensor into the body, off the server loop (trajectories can be large)
+        body = await asyncio.to_thread(encode_tensor_body, fields, max_bytes=server.config.max_response_bytes)
+        return Response(memoryview(body), media_type=TENSOR_CONTENT_TYPE)
 
     @app.post("/abort")
     async def abort(request: Request) -> AbortResponse:
