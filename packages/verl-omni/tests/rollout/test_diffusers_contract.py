@@ -12,8 +12,8 @@ from verl_omni.config import DiffusionRolloutConfig
 from verl_omni.rollout import DiffusersHttpServer
 from verl_omni.testing import TINY_LORA, perturbed_transformer_weights, random_transformer_lora
 
-SAMPLING = {"n": 2, "num_inference_steps": 3, "height": 32, "width": 32, "max_sequence_length": 16}
-PIPELINE = {"height": 32, "width": 32, "num_inference_steps": 3, "max_sequence_length": 16}
+SAMPLING = {"n": 2, "num_inference_steps": 3, "height": 32, "width": 32, "max_sequence_length": 32}
+PIPELINE = {"height": 32, "width": 32, "num_inference_steps": 3, "max_sequence_length": 32}
 
 
 def diffusers_config(path, **overrides) -> DiffusionRolloutConfig:

@@ -178,6 +178,8 @@ class DiffusersRolloutEngine:
             transformer.add_adapter(cfg, adapter_name=adapter_name)
         except ValueError as e:
             (getattr(transformer, "peft_config", None) or {}).pop(adapter_name, None)
+            if not hasattr(transformer, "peft_config"):  # peft dropped it: let the next add_adapter start afresh
+                transformer._hf_peft_config_loaded = False
             raise ValueError(f"{message} ({e})") from e
         if not any(f"lora_A.{adapter_name}." in n for n, _ in transformer.named_parameters()):
             self.remove_lora(adapter_name)
