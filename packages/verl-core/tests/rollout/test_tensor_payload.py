@@ -14,7 +14,7 @@ from tensordict import NonTensorStack, TensorDict
 
 from verl_core.config import RolloutConfig
 from verl_core.rollout.client import RolloutClient
-from verl_core.rollout.errors import BadResponseError, EngineError, PayloadTooLargeError
+from verl_core.rollout.errors import BadResponseError, EngineError, EngineTimeoutError, PayloadTooLargeError
 from verl_core.rollout.framing import FRAME_LEN, align
 from verl_core.rollout.protocol import GenerateRequest, GenerateResponse
 from verl_core.rollout.replica import RolloutRouter
@@ -27,7 +27,7 @@ from verl_core.rollout.tensor_payload import (
     has_tensors,
     response_fields,
 )
-from verl_core.testing.server_contract import canonical, run
+from verl_core.testing.server_contract import canonical, hung_variant, run
 
 DTYPES = [
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16, torch.int8,
@@ -356,3 +356,24 @@ def test_response_over_the_limits_is_refused_by_server_and_client(echo_server):
         run(ask())
     with pytest.raises(PayloadTooLargeError, match="max_response_bytes=100"):
         run(ask(max_response_bytes=100))
+
+
+def test_client_keeps_the_server_timeout_message():
+    """A 504 from the server surfaces with its own message, not as the client's own timeout."""
+    server = hung_variant(TensorEchoServer)(RolloutConfig(model={"path": "unused"}, request_timeout_s=0.3))
+    run(server.launch())
+
+    async def ask():
+        client = RolloutClient(server.address, timeout_s=30)
+        try:
+            return await client.generate(REQUEST)
+        finally:
+            await client.aclose()
+
+    try:
+        with pytest.raises(
+            EngineTimeoutError, match=r"generate did not finish within 0\.3 s \(rollout\.request_timeout_s\)"
+        ):
+            run(ask())
+    finally:
+        run(server.shutdown())

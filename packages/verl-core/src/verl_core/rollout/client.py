@@ -117,14 +117,14 @@ class RolloutClient:
         limit = timeout or self.timeout_s
         try:  # httpx timeouts are per read/write; wait_for bounds the whole call, reading the body included
             return await asyncio.wait_for(self._send(method, path, limit, **kwargs), limit)
+        except RolloutError as e:  # the server's own error (an EngineTimeoutError is a TimeoutError too)
+            if isinstance(e, BadResponseError) and isinstance(e.__cause__, httpx.TransportError):
+                raise self._dead(e.__cause__) from e  # the connection broke mid-body
+            raise
         except (httpx.TimeoutException, asyncio.TimeoutError) as e:
             raise EngineTimeoutError(f"{method} {self.address}{path}: no answer within {limit:g} s") from e
         except httpx.TransportError as e:
             raise self._dead(e) from e
-        except BadResponseError as e:
-            if isinstance(e.__cause__, httpx.TransportError):  # the connection broke mid-body
-                raise self._dead(e.__cause__) from e
-            raise
 
     async def _send(self, method: str, path: str, limit: float, **kwargs: Any) -> Any:
         request = self._http.build_request(method, path, timeout=limit, **kwargs)
