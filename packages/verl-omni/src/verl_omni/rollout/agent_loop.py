@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 from tensordict import TensorDict
 
+from verl_core.rollout.errors import RolloutError
 from verl_omni.pipelines.config import DiffusionSamplingConfig
 from verl_omni.rollout.protocol import REQUEST_KEYS
 
@@ -195,20 +196,16 @@ class DiffusionAgentLoop:
             start = time.perf_counter()
             try:
                 response = await asyncio.wait_for(self.backend.generate(request), self.timeout_s + 5.0)
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError as e:
+                if isinstance(e, RolloutError):  # the server's EngineTimeoutError is a TimeoutError too
+                    raise self._failed(index, e) from e
                 raise AgentLoopError(
                     f"request for prompt {index} got no answer within {self.timeout_s + 5.0:g} s",
                     prompt_index=index,
                     server_rank=None,
                 ) from None
             except Exception as e:
-                rank = getattr(e, "server_rank", getattr(e, "rank", None))
-                where = f"server rank {rank}" if rank is not None else "the rollout backend"
-                raise AgentLoopError(
-                    f"request for prompt {index} failed on {where}: {type(e).__name__}: {e}",
-                    prompt_index=index,
-                    server_rank=rank,
-                ) from e
+                raise self._failed(index, e) from e
             fields = dict(response) if not isinstance(response, Mapping) else response
             rank = fields.get("server_rank", getattr(self.backend, "rank", -1))
             if fields.get("finish_reason") != "stop" or fields.get("trajectory") is None:
@@ -219,6 +216,12 @@ class DiffusionAgentLoop:
                     server_rank=rank,
                 )
             return fields, int(rank if rank is not None else -1), time.perf_counter() - start
+
+    def _failed(self, index: int, e: Exception) -> AgentLoopError:
+        rank = getattr(e, "server_rank", getattr(e, "rank", getattr(self.backend, "rank", None)))
+        where = f"server rank {rank}" if rank is not None else "the rollout backend"
+        message = f"request for prompt {index} failed on {where}: {type(e).__name__}: {e}"
+        return AgentLoopError(message, prompt_index=index, server_rank=rank)
 
 
 def _concat(results: list[tuple[dict, int, float]], seeds: list[int], n: int) -> DiffusionRolloutOutput:
