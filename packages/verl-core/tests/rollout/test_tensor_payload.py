@@ -25,6 +25,7 @@ from verl_core.rollout.tensor_payload import (
     decode_tensor_stream,
     encode_tensor_body,
     has_tensors,
+    plan_tensor_body,
     response_fields,
 )
 from verl_core.testing.server_contract import canonical, hung_variant, run
@@ -125,6 +126,16 @@ def test_non_contiguous_inputs_round_trip(make):
     assert torch.equal(out["x"], tensor) and out["x"].shape == tensor.shape
 
 
+def test_expanded_tensors_travel_once_and_come_back_expanded():
+    row = torch.arange(6, dtype=torch.float32).reshape(1, 2, 3)
+    expanded = row.expand(500, 2, 3)
+    body = encode_tensor_body({"x": expanded, "y": torch.ones(3).expand(4, 2, 3)})
+    assert len(body) < 500  # one row of x, not 500
+    for out in _decode_all_ways(body):
+        assert out["x"].shape == (500, 2, 3) and out["x"].stride(0) == 0 and torch.equal(out["x"], expanded)
+        assert out["y"].shape == (4, 2, 3) and torch.equal(out["y"], torch.ones(4, 2, 3))
+
+
 def test_in_place_decode_views_the_body_and_offsets_are_aligned():
     body = encode_tensor_body({"a": torch.ones(3, dtype=torch.uint8), "b": torch.arange(5, dtype=torch.int64)})
     header = json.loads(bytes(body[FRAME_LEN.size : FRAME_LEN.size + FRAME_LEN.unpack(body[:8])[0]]))
@@ -135,6 +146,14 @@ def test_in_place_decode_views_the_body_and_offsets_are_aligned():
         assert start <= tensor.data_ptr() < start + len(body)  # a view of the body: no copy
     out["b"][0] = 42  # the buffer is writable
     assert decode_tensor_body(body)["b"][0] == 42
+
+
+def test_streamed_chunks_equal_the_whole_body_and_are_bounded():
+    fields = {"trajectory": _trajectory(), "odd": torch.arange(7, dtype=torch.int16)[::2], "s": torch.tensor(True)}
+    body = plan_tensor_body(fields)
+    chunks = [bytes(c) for c in body.chunks(chunk_bytes=100)]
+    assert b"".join(chunks) == bytes(body.encode()) and len(b"".join(chunks)) == body.size
+    assert max(len(c) for c in chunks[1:]) <= 100  # after the header frame
 
 
 def test_has_tensors_only_for_tensor_or_tensordict_values():
@@ -204,6 +223,7 @@ def test_truncated_or_malformed_body_is_a_clear_error(body, needle):
         pytest.param(lambda h: _tensor_entry(h, "images").update(shape=[2, 3, 8, 8]), "images.*fit", id="batch"),
         pytest.param(lambda h: _tensor_entry(h, "images").update(path=[]), "no valid path", id="path"),
         pytest.param(lambda h: _tensor_entry(h, "images").update(kind="blob"), "unknown kind", id="kind"),
+        pytest.param(lambda h: _tensor_entry(h, "images").update(expand=[4, 3, 9, 8]), "cannot expand", id="expand"),
         pytest.param(lambda h: h["entries"].append(dict(h["entries"][1])), "twice", id="duplicate"),
         pytest.param(lambda h: h["entries"].pop(0), "before its TensorDict", id="orphan"),
     ],

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import torch
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from tensordict import TensorDictBase
 
 from verl_core.rollout.errors import RolloutError, WeightSyncError
 from verl_core.rollout.net import parse_json, read_body
 from verl_core.rollout.protocol import AbortRequest, AbortResponse, SleepRequest, StateResponse, WakeUpRequest
-from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, encode_tensor_body
+from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, plan_tensor_body
 from verl_core.rollout.weights import WeightStreamReader
 
 if TYPE_CHECKING:
@@ -59,9 +59,10 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
         if not binary:
             return Response(out.model_dump_json(), media_type="application/json")
         fields = {**out.model_dump(mode="json", exclude=set(binary)), **{name: getattr(out, name) for name in binary}}
-        # one copy of every tensor into the body, off the server loop (trajectories can be large)
-        body = await asyncio.to_thread(encode_tensor_body, fields, max_bytes=server.config.max_response_bytes)
-        return Response(memoryview(body), media_type=TENSOR_CONTENT_TYPE)
+        body = plan_tensor_body(fields, max_bytes=server.config.max_response_bytes)  # every check before a byte
+        # streamed from the tensors' own memory in bounded chunks; starlette iterates it off the server loop
+        headers = {"content-length": str(body.size)}
+        return StreamingResponse(body.chunks(), media_type=TENSOR_CONTENT_TYPE, headers=headers)
 
     @app.post("/abort")
     async def abort(request: Request) -> AbortResponse:

@@ -22,15 +22,18 @@ using the framing of `verl_core.rollout.framing` (the weight stream's). The head
  "nbytes": 786432}
 ```
 
-`offset` counts from the start of the tensor data and is a multiple of 64. Decoding restores the same
+`offset` counts from the start of the tensor data and is a multiple of 64. A tensor with broadcast dimensions
+(stride 0, e.g. from `expand`) is sent once along them, its entry carrying `"expand": [full shape]`, and comes
+back as the same expanded view. Decoding restores the same
 Python objects (TensorDicts with their batch size, tensors with their dtype and shape) on the CPU; the
 tensors are views of one buffer holding the data (no per-tensor copy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -47,20 +50,24 @@ from verl_core.rollout.framing import (
     align,
     encode_frame,
     parse_header,
+    tensor_bytes,
 )
 
 __all__ = [
     "TENSOR_CONTENT_TYPE",
+    "TensorBody",
     "decode_tensor_body",
     "decode_tensor_stream",
     "encode_tensor_body",
     "has_tensors",
+    "plan_tensor_body",
     "response_fields",
 ]
 
 TENSOR_CONTENT_TYPE = "application/vnd.verl.tensors"
 FORMAT = 1
-_TENSOR_KEYS = frozenset({"kind", "path", "offset"})
+_CHUNK = 4 << 20
+_TENSOR_KEYS = frozenset({"kind", "path", "offset", "expand"})
 
 
 def has_tensors(fields: Mapping[str, Any]) -> bool:
@@ -68,11 +75,55 @@ def has_tensors(fields: Mapping[str, Any]) -> bool:
     return any(isinstance(v, (torch.Tensor, TensorDictBase)) for v in fields.values())
 
 
-def encode_tensor_body(fields: Mapping[str, Any], *, max_bytes: int | None = None) -> bytearray:
-    """Encode response fields into one binary body (layout in the module docstring).
+@dataclasses.dataclass
+class TensorBody:
+    """A planned binary body: the header frame, the tensors and their offsets; write it whole or stream it.
 
-    Every tensor is copied once, straight into the body (device tensors included; non-contiguous ones are
-    gathered by the copy).
+    Built by `plan_tensor_body`, which has already checked everything (dtypes, JSON, the size limit), so nothing
+    fails once the first byte is sent.
+    """
+
+    frame: bytes
+    tensors: list[tuple[int, torch.Tensor]]  # (offset from the start of the tensor data, tensor)
+    nbytes: int
+
+    @property
+    def base(self) -> int:
+        """Where the tensor data starts in the body (the frame rounded up to 64 bytes)."""
+        return align(len(self.frame))
+
+    @property
+    def size(self) -> int:
+        """Total body size in bytes."""
+        return self.base + self.nbytes
+
+    def encode(self) -> bytearray:
+        """The whole body in one buffer (every tensor copied once into it)."""
+        body = bytearray(self.size)
+        body[: len(self.frame)] = self.frame
+        for offset, tensor in self.tensors:
+            if tensor.numel():
+                dst = torch.frombuffer(body, dtype=tensor.dtype, count=tensor.numel(), offset=self.base + offset)
+                dst.view(tensor.shape).copy_(tensor.detach())
+        return body
+
+    def chunks(self, chunk_bytes: int = _CHUNK) -> Iterator[bytes | memoryview]:
+        """The body as chunks of at most `chunk_bytes`: contiguous CPU tensors are sent from their own memory."""
+        yield self.frame
+        pos = len(self.frame)
+        for offset, tensor in self.tensors:
+            if self.base + offset > pos:
+                yield bytes(self.base + offset - pos)
+            data = tensor_bytes(tensor, 0, tensor.numel())
+            for at in range(0, len(data), chunk_bytes):
+                yield data[at : at + chunk_bytes]
+            pos = self.base + offset + len(data)
+        if self.size > pos:
+            yield bytes(self.size - pos)
+
+
+def plan_tensor_body(fields: Mapping[str, Any], *, max_bytes: int | None = None) -> TensorBody:
+    """Check response fields and plan their binary body (layout in the module docstring).
 
     Args:
         fields (`Mapping[str, Any]`): the response fields; values are JSON-able, `torch.Tensor` or `TensorDict`.
@@ -99,31 +150,44 @@ def encode_tensor_body(fields: Mapping[str, Any], *, max_bytes: int | None = Non
         raise EngineError(f"response fields are not JSON-able outside tensors: {e}", field="response") from e
     if len(frame) - FRAME_LEN.size > MAX_HEADER_BYTES:
         raise EngineError(f"response header of {len(frame)} bytes exceeds {MAX_HEADER_BYTES}", field="response")
-    base = align(len(frame))
-    if max_bytes is not None and base + nbytes > max_bytes:
+    offsets = [e["offset"] for e in entries if e["kind"] == "tensor"]
+    body = TensorBody(frame, list(zip(offsets, tensors)), nbytes)
+    if max_bytes is not None and body.size > max_bytes:
         raise EngineError(
-            f"response of {base + nbytes} bytes exceeds rollout.max_response_bytes={max_bytes}; "
+            f"response of {body.size} bytes exceeds rollout.max_response_bytes={max_bytes}; "
             "ask for fewer images per request or raise the limit",
             field="response",
         )
-    body = bytearray(base + nbytes)
-    body[: len(frame)] = frame
-    tensor_entries = (e for e in entries if e["kind"] == "tensor")
-    for entry, tensor in zip(tensor_entries, tensors):
-        if tensor.numel():
-            dst = torch.frombuffer(body, dtype=tensor.dtype, count=tensor.numel(), offset=base + entry["offset"])
-            dst.view(tensor.shape).copy_(tensor.detach())
     return body
+
+
+def encode_tensor_body(fields: Mapping[str, Any], *, max_bytes: int | None = None) -> bytearray:
+    """Encode response fields into one binary body: `plan_tensor_body(fields, max_bytes=...).encode()`.
+
+    Every tensor is copied once, straight into the body (device tensors included; non-contiguous ones are
+    gathered by the copy). The HTTP route streams `TensorBody.chunks()` instead (no body-sized buffer).
+
+    Raises:
+        EngineError: as `plan_tensor_body`.
+    """
+    return plan_tensor_body(fields, max_bytes=max_bytes).encode()
 
 
 def _walk(value: Any, path: list[str], entries: list[dict], tensors: list[torch.Tensor], pos: int) -> int:
     """Append the manifest entries of `value` at `path`; return the data size so far."""
     name = ".".join(path)
     if isinstance(value, torch.Tensor):
-        spec = TensorSpec.of(name, value, error=EngineError)
+        compact = value
+        for dim, (size, stride) in enumerate(zip(value.shape, value.stride())):
+            if stride == 0 and size > 1:  # a broadcast (expanded) dimension: send one slice
+                compact = compact.narrow(dim, 0, 1)
+        spec = TensorSpec.of(name, compact, error=EngineError)
         offset = align(pos)
-        entries.append({"kind": "tensor", "path": path, **spec.to_json(), "offset": offset})
-        tensors.append(value)
+        entry = {"kind": "tensor", "path": path, **spec.to_json(), "offset": offset}
+        if compact is not value:
+            entry["expand"] = list(value.shape)
+        entries.append(entry)
+        tensors.append(compact)
         return offset + spec.nbytes
     if isinstance(value, (NonTensorData, NonTensorStack)):
         data = value.tolist() if isinstance(value, NonTensorStack) else value.data
@@ -150,8 +214,8 @@ def _walk(value: Any, path: list[str], entries: list[dict], tensors: list[torch.
 def decode_tensor_body(body: bytes | bytearray | memoryview, *, max_bytes: int | None = None) -> dict[str, Any]:
     """Decode a whole binary body into the response fields.
 
-    A `bytearray` body is viewed in place (no copy); a read-only `bytes` body has its tensor data copied once
-    into a writable buffer.
+    A writable body (`bytearray`, a writable memoryview) is viewed in place (no copy); a read-only `bytes` body has
+    its tensor data copied once into a writable buffer.
 
     Raises:
         BadResponseError: a malformed or truncated body (names the part).
@@ -174,7 +238,7 @@ def decode_tensor_body(body: bytes | bytearray | memoryview, *, max_bytes: int |
             f" ({'truncated' if len(view) < base + nbytes else 'trailing bytes'})",
             field="stream",
         )
-    if isinstance(body, bytearray):
+    if not view.readonly:
         return _restore(header, body, base)
     data = bytearray(view[base:])
     return _restore(header, data, 0)
@@ -295,6 +359,13 @@ def _tensor(entry: dict[str, Any], name: str, data: bytearray, base: int, nbytes
         )
     dtype = DTYPES[spec.dtype]
     if spec.numel == 0:
-        return torch.empty(spec.shape, dtype=dtype)
-    flat = torch.frombuffer(data, dtype=dtype, count=spec.numel, offset=base + offset)
-    return flat.view(spec.shape)
+        tensor = torch.empty(spec.shape, dtype=dtype)
+    else:
+        tensor = torch.frombuffer(data, dtype=dtype, count=spec.numel, offset=base + offset).view(spec.shape)
+    expand = entry.get("expand")
+    if expand is None:
+        return tensor
+    ok = isinstance(expand, list) and len(expand) == len(spec.shape)
+    if not ok or not all(isinstance(e, int) and (e == d or d == 1) and e >= 0 for e, d in zip(expand, spec.shape)):
+        raise BadResponseError(f"tensor {name!r}: cannot expand shape {list(spec.shape)} to {expand!r}", field=name)
+    return tensor.expand(expand)
