@@ -124,6 +124,7 @@ def test_trajectory_travels_binary_with_uint8_images(server):
     assert traj["latents"].dtype == torch.float32 and traj["latents"].shape[:2] == (2, 3)
     assert traj["log_probs"].shape == (2, 2) and traj["step_indices"].dtype == torch.int64
     assert torch.equal(traj["prompt_index"], torch.zeros(2, dtype=torch.long))
+    assert traj["prompt_embeds"].stride(0) == 0  # one prompt per request: its embeddings travel once, expanded
     assert out["finish_reason"] == "stop" and out["seed"] == 7 and out["sampling_params"]["sde_window_size"] == 2
 
 

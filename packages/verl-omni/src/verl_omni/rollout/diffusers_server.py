@@ -126,7 +126,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         except GenerationAborted:
             return None
         self._images += sampling.n
-        return trajectory.to("cpu")
+        adapter = engine.pipeline.adapter
+        return _to_host(trajectory, (*adapter.cond_keys, *adapter.negative_cond_keys))
 
     async def _engine_abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -282,6 +283,19 @@ class DiffusersHttpServer(RolloutHttpServer):
             "images_generated": self._images,
             "param_bytes_on_accelerator": on_device,
         }
+
+
+def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...]) -> TensorDict:
+    """The trajectory on the CPU, its per-prompt conditioning as one row expanded over the rows (stride 0).
+
+    Every row of one request encodes the same prompt, so its embeddings travel (and sit in host memory) once.
+    """
+    shared = [k for k in shared_keys if k in trajectory.keys()]  # noqa: SIM118 - TensorDict refuses `in`
+    out = trajectory.exclude(*shared).to("cpu")
+    for key in shared:
+        value = trajectory.get(key)
+        out.set(key, value[:1].to("cpu", copy=True).expand(value.shape))
+    return out
 
 
 def _canonical(manifest: list[TensorSpec]) -> list[TensorSpec]:

@@ -4,7 +4,9 @@ Request (JSON): one text `prompt`, an optional `negative_prompt`, a `seed`, and 
 `DiffusionSamplingConfig` fields of the server's defaults; the request makes `n` images, row `r` seeded
 `seed + r`. Response (binary, `verl_core.rollout.tensor_payload`): `finish_reason`, `weight_version`, the `seed`
 used, the resolved `sampling_params`, and the `trajectory` TensorDict in the layout of
-`verl_omni.pipelines.sample_with_logprob` (uint8 `images` included; null when the request was aborted).
+`verl_omni.pipelines.sample_with_logprob` (uint8 `images` included; null when the request was aborted). The
+conditioning entries (prompt embeddings and masks, negative ones under CFG) are the same for every row of a request:
+they are one row expanded over the `n` rows (stride 0), and travel once.
 """
 
 from __future__ import annotations
