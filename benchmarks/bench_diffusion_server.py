@@ -4,7 +4,8 @@ Paths, interleaved per iteration so drift hits all equally (same prompt, seed an
   engine  - `DiffusersRolloutEngine.generate` called directly on this thread (the baseline),
   python  - `await server.generate(...)` (validation, hop onto the server loop, engine thread),
   client  - `RolloutClient.generate` over loopback HTTP: binary encode + HTTP + streamed decode.
-Transfer = client - python; overhead = client - engine, also as a ratio of the engine's generate time.
+Transfer = client - python; overhead = client - engine, also as a ratio of the engine's generate time; and
+"transfer alone": the same trajectory through HTTP from a server that returns it without generating.
 Then the codec alone (`encode_tensor_body` / `decode_tensor_body`) in GB/s on the served trajectory, and on a
 synthetic trajectory with the shapes of real Qwen-Image at 512² (A.3 of the reference study: 16 images, latents
 (16, 3, 1024, 64) fp32, uint8 images, prompt and negative embeddings (16, 512, 3584) bf16, sent once per request as
@@ -183,6 +184,12 @@ def main() -> None:
     loop.close()
     served = codec_rates(trajectory, max(args.iters, 5))
     asyncio.run(server.shutdown())
+    # the same trajectory through HTTP with no generation around it: transfer alone, free of generate noise
+    echo = PayloadServer(config)
+    echo.payload = trajectory
+    asyncio.run(echo.launch())
+    echo_s = statistics.median(asyncio.run(round_trips(echo.address, request, max(args.iters, 5) * 5)))
+    asyncio.run(echo.shutdown())
 
     med = {k: statistics.median(v) for k, v in times.items()}
     transfer, overhead = med["client"] - med["python"], med["client"] - med["engine"]
@@ -195,6 +202,8 @@ def main() -> None:
         f"  trajectory: {served['bytes'] / n / 1024:.1f} KiB per image ({served['bytes'] / 1024:.1f} KiB per request)"
     )
     print(f"  transfer (client - python): {transfer * 1e3:.2f} ms = {transfer / med['engine'] * 100:.2f} % of generate")
+    print(f"  transfer alone (HTTP round trip of this trajectory, no generation): {echo_s * 1e3:.2f} ms = "
+          f"{echo_s / med['engine'] * 100:.3f} % of generate")  # fmt: skip
     print(f"  overhead (client - engine): {overhead * 1e3:.2f} ms = {overhead / med['engine'] * 100:.2f} % of generate")
     print(f"  codec on it: encode {served['encode_ms']:.3f} ms ({served['encode_gbps']:.2f} GB/s), "
           f"decode {served['decode_ms']:.3f} ms ({served['decode_gbps']:.2f} GB/s)")  # fmt: skip
@@ -229,6 +238,8 @@ def main() -> None:
         },
         "median_s": med,
         "transfer_ratio": transfer / med["engine"],
+        "transfer_alone_s": echo_s,
+        "transfer_alone_ratio": echo_s / med["engine"],
         "overhead_ratio": overhead / med["engine"],
         "served_codec": served,
         "synthetic_codec": synthetic,
