@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in phases, for an H200 machine (run from the repository root):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
-# Phases: env, tests, sampling, core, engine, engine-compile, dist (needs 2 GPUs).
+# Phases: env, tests, sampling, core, rollout, engine, engine-compile, dist (needs 2 GPUs).
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -26,6 +26,8 @@ for phase in "$@"; do
                 --device cuda --preset mid --chart "$out/bench_logprob_pipeline.png" ;;
     core) CUDA_VISIBLE_DEVICES=0 run bench-server python3 benchmarks/bench_rollout_server.py --device cuda
           CUDA_VISIBLE_DEVICES=0 run bench-weight-sync python3 benchmarks/bench_weight_sync.py --device cuda ;;
+    rollout) CUDA_VISIBLE_DEVICES=0 run bench-diffusion-server python3 benchmarks/bench_diffusion_server.py \
+               --device cuda --preset mid --out "$out" ;;
     engine) CUDA_VISIBLE_DEVICES=0 run bench-engine python3 benchmarks/bench_fsdp_engine.py --device cuda --out-dir "$out" ;;
     engine-compile) CUDA_VISIBLE_DEVICES=0 run bench-engine-compile python3 benchmarks/bench_fsdp_engine.py \
                       --device cuda --compile --skip-offload --lora-rank 0 --out-dir "$out/compile" ;;
