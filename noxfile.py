@@ -240,10 +240,12 @@ for _minor_version, _omni in OMNI_RUNTIME.items():
                 frozen.write_text("\n".join(p for p in pins if re.fullmatch(r"[A-Za-z0-9_.\-]+==\S+", p)))
                 session.install("-c", str(frozen), "-e", "packages/verl-core", "-e", "packages/verl-omni", "pytest>=8")
                 marker.write_text(omni)
-            session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-ra",
-                        *(session.posargs or ["packages/verl-omni/tests/rollout/test_vllm_omni_runtime.py"]))  # fmt: skip
+            tests = session.posargs or ["packages/verl-omni/tests/rollout/test_vllm_omni_runtime.py"]
+            session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-ra", *tests)
 
-        runtime.__doc__ = f"Real-code tier: vllm-omni {omni} + vllm on the CPU, its DiffusionLoRAManager with the hijack."
+        runtime.__doc__ = (
+            f"Real-code tier: vllm-omni {omni} + vllm on the CPU, its DiffusionLoRAManager with the hijack."
+        )
         nox.session(name=f"vllm_omni_runtime-{_minor(omni)}", default=False)(runtime)
 
     _make_runtime(_omni)

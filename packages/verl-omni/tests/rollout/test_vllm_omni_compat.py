@@ -23,7 +23,7 @@ def test_minor_parses_release_rc_and_dev_versions(version, want):
 
 
 def test_minor_rejects_garbage():
-    with pytest.raises(ValueError, match="MAJOR.MINOR"):
+    with pytest.raises(ValueError, match=r"MAJOR\.MINOR"):
         compat.minor("latest")
 
 
@@ -94,7 +94,9 @@ def test_contract_rows_are_well_formed():
 
 
 def test_engine_kwargs_refuses_request_batching_naming_key_and_version():
-    with pytest.raises(compat.UnsupportedVersionError, match=r"rollout\.max_num_seqs=4.*vllm-omni 0\.26\.0 would refuse"):
+    with pytest.raises(
+        compat.UnsupportedVersionError, match=r"rollout\.max_num_seqs=4.*vllm-omni 0\.26\.0 would refuse"
+    ):
         compat.engine_kwargs(compat.detect("0.26.0", "0.26.0"), {"max_num_seqs": 4}, supports_request_batch=False)
     with pytest.raises(compat.UnsupportedVersionError, match=r"vllm-omni 0\.18\.0 runs one request at a time"):
         compat.engine_kwargs(compat.detect("0.18.0", "0.18.1"), {"max_num_seqs": 2}, supports_request_batch=True)
@@ -102,7 +104,9 @@ def test_engine_kwargs_refuses_request_batching_naming_key_and_version():
 
 def test_engine_kwargs_drops_what_the_release_does_not_forward():
     args = {"model": "/m", "max_num_seqs": 1, "fault_tolerance_config": {}}
-    assert compat.engine_kwargs(compat.detect("0.18.0", "0.18.1"), args, supports_request_batch=False) == {"model": "/m"}
+    assert compat.engine_kwargs(compat.detect("0.18.0", "0.18.1"), args, supports_request_batch=False) == {
+        "model": "/m"
+    }
     kept = compat.engine_kwargs(compat.detect("0.30.0", "0.30.0"), args, supports_request_batch=False)
     assert kept == {"model": "/m", "max_num_seqs": 1}
 

@@ -78,25 +78,27 @@ def _release(version: str) -> Release:
 
 
 M = "vllm_omni.diffusion.lora.manager"
+# fmt: off
 ROWS = (
     Expect("lazy-reexport", "vllm_omni", "symbol", "vllm_omni.entrypoints", "AsyncOmni"),
     Expect("external-reexport", "vllm_omni", "symbol", "vllm_omni.lora.request", "LoRARequest"),
     Expect("inherited-method", "vllm_omni", "symbol", "vllm_omni.entrypoints.async_omni", "AsyncOmni.shutdown"),
     Expect("rpc", "vllm_omni", "signature", "vllm_omni.entrypoints.async_omni", "AsyncOmni.collective_rpc",
-           ("method", "timeout", "kwargs"), positional=("method",)),  # fmt: skip
+           ("method", "timeout", "kwargs"), positional=("method",)),
     Expect("abort-timeout", "vllm_omni", "signature", "vllm_omni.entrypoints.async_omni", "AsyncOmni.abort",
-           ("timeout",), since="0.30"),  # fmt: skip
+           ("timeout",), since="0.30"),
     Expect("state", "vllm_omni", "assigns", M, "DiffusionLoRAManager.__init__", ("pipeline", "_expected_lora_modules")),
     Expect("unpacks", "vllm_omni", "unpacks", M, "DiffusionLoRAManager.add_adapter", ("a", "b"), callee="_load_adapter"),
     Expect("file-path", "vllm_omni", "calls", M, "DiffusionLoRAManager._load_adapter", ("expected_lora_modules",),
-           callee="from_local_checkpoint"),  # fmt: skip
+           callee="from_local_checkpoint"),
     Expect("hook", "vllm_omni", "calls", M, "DiffusionLoRAManager._load_adapter", ("lora_request", "lora_path"),
-           callee="_load_diffusion_lora_adapter", since="0.28"),  # fmt: skip
+           callee="_load_diffusion_lora_adapter", since="0.28"),
     Expect("custom-output", "vllm_omni", "fields", "vllm_omni.diffusion.data", "DiffusionOutput", ("custom_output",),
-           before="0.26"),  # fmt: skip
+           before="0.26"),
     Expect("no-custom-output", "vllm_omni", "no_fields", "vllm_omni.diffusion.data", "DiffusionOutput",
-           ("custom_output",), since="0.26"),  # fmt: skip
+           ("custom_output",), since="0.26"),
 )
+# fmt: on
 
 
 def test_checker_passes_rows_that_hold(tmp_path):

@@ -17,7 +17,9 @@ from verl_core.testing.server_contract import ContractBackend, ServerContractSui
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(importlib.util.find_spec("vllm_omni") is None, reason='needs pip install "verl-omni[vllm-omni]"'),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm_omni") is None, reason='needs pip install "verl-omni[vllm-omni]"'
+    ),
 ]
 
 SAMPLING = {"n": 2, "num_inference_steps": 4, "height": 128, "width": 128, "max_sequence_length": 32}

@@ -192,7 +192,7 @@ def test_runtime_hijack_is_idempotent_and_unhijack_restores():
     assert not hasattr(TinyPipeline, "_load_diffusion_lora_adapter")
     VLLMOmniHijack.unhijack()  # no-op
     manager = _manager(TinyPipeline())
-    with pytest.raises(Exception, match="nonexistent|No such file|not exist|adapter_config"):  # upstream file loader
+    with pytest.raises(Exception, match=r"nonexistent|No such file|not exist|adapter_config"):  # upstream file loader
         manager.add_adapter(tensor_lora_request("a1", 1, _adapter(), PEFT))
 
 

@@ -1,4 +1,4 @@
-"""`vLLMOmniHttpServer` without vllm-omni: registration, imports, refusals at construction, version-independent parts."""
+"""`vLLMOmniHttpServer` without vllm-omni: registration, imports, refusals at construction, engine-free helpers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from verl_core.config import RolloutConfig
 from verl_core.rollout.registry import get_backend
-
 from verl_omni.rollout.vllm_omni import compat
 
 MODULES = ["compat", "contract", "contract_check", "lora", "pipelines", "server", "worker"]

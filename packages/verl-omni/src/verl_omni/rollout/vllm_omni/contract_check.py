@@ -153,7 +153,9 @@ def _http_get(url: str, headers: dict[str, str] | None = None) -> bytes:
     error: Exception | None = None
     for attempt in range(3):
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=_HTTP_TIMEOUT_S) as r:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers or {}), timeout=_HTTP_TIMEOUT_S
+            ) as r:
                 return r.read()
         except OSError as e:  # URLError, timeouts and connection resets are OSErrors
             error = e
@@ -360,9 +362,9 @@ def _calls(fn: ast.AST, callee: str) -> list[ast.Call]:
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             call = node.value
-            if isinstance(call.func, ast.Name) and call.func.id == "getattr" and len(call.args) >= 2:
-                if isinstance(call.args[1], ast.Constant) and call.args[1].value == callee:
-                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            is_getattr = isinstance(call.func, ast.Name) and call.func.id == "getattr" and len(call.args) >= 2
+            if is_getattr and isinstance(call.args[1], ast.Constant) and call.args[1].value == callee:
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     out = []
     for node in ast.walk(fn):
         if isinstance(node, ast.Call):
@@ -484,12 +486,12 @@ def check_release(release: Any, omni: Any, vllm: Any | None, expectations: tuple
         for project, want in checks.items():
             got = _requirement(meta, project)
             if got != want:
-                failures.append(ContractFailure(f"release-{project}", "vllm-omni", release.omni,
-                                                f"METADATA requires {project}{got}, the release row says {want}"))  # fmt: skip
+                message = f"METADATA requires {project}{got}, the release row says {want}"
+                failures.append(ContractFailure(f"release-{project}", "vllm-omni", release.omni, message))
         python = next((ln.split(":", 1)[1].strip() for ln in meta.splitlines() if ln.startswith("Requires-Python")), "")
         if sorted(python.replace(" ", "").split(",")) != sorted(release.python.split(",")):
-            failures.append(ContractFailure("release-python", "vllm-omni", release.omni,
-                                            f"Requires-Python is {python}, the release row says {release.python}"))  # fmt: skip
+            message = f"Requires-Python is {python}, the release row says {release.python}"
+            failures.append(ContractFailure("release-python", "vllm-omni", release.omni, message))
     return failures
 
 

@@ -24,7 +24,7 @@ from verl_omni.rollout.vllm_omni import compat
 
 __all__ = [
     "FAKE_LORA_PATH",
-    "OmniTensorLoRARequest",
+    "OmniTensorLoRARequest",  # noqa: F822 - built on first access by the module __getattr__
     "TensorLoRAPipelineMixin",
     "VLLMOmniHijack",
     "check_binding",
@@ -85,7 +85,9 @@ def tensor_lora_request(
     if int_id < 1:
         raise ValueError(f"lora_int_id: expected an int >= 1, got {int_id}")
     if not path.startswith("/"):
-        raise ValueError(f"lora_path: must be absolute (a relative path makes vLLM look it up on the hub), got {path!r}")
+        raise ValueError(
+            f"lora_path: must be absolute (a relative path makes vLLM look it up on the hub), got {path!r}"
+        )
     cls = _tensor_request_class()
     return cls(lora_name=name, lora_int_id=int_id, lora_path=path, peft_config=dict(peft_config), lora_tensors=tensors)
 

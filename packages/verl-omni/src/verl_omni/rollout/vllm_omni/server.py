@@ -26,7 +26,6 @@ from verl_core.rollout.server import ServerState
 from verl_core.rollout.vllm.base import BaseVLLMHttpServer, free_port
 from verl_core.rollout.vllm.lora_cache import LoRAEntry
 from verl_core.rollout.weights import WeightUpdate
-
 from verl_omni.rollout.vllm_omni import compat
 from verl_omni.rollout.vllm_omni.lora import FAKE_LORA_PATH
 from verl_omni.rollout.vllm_omni.pipelines import pipeline_qualname, sampling_extra_args
@@ -213,7 +212,9 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
             await self._rpc("verl_omni_add_lora", int_id=int_id, name=name, tensors=tensors,
                             peft_config=dict(update.peft_config or {}))  # fmt: skip
         except Exception as e:
-            raise WeightSyncError(f"LoRA adapter of version {update.version} was refused: {e}", field="peft_config") from e
+            raise WeightSyncError(
+                f"LoRA adapter of version {update.version} was refused: {e}", field="peft_config"
+            ) from e
         request = compat.lora_request(name, int_id, FAKE_LORA_PATH)
         for old in self._lora_cache.add(LoRAEntry(int_id, name, update.version, request)):
             await self._rpc("verl_omni_remove_lora", int_id=old.int_id)
