@@ -8,7 +8,8 @@ import zipfile
 import pytest
 
 from verl_omni.rollout.vllm_omni.contract import Expect, Release
-from verl_omni.rollout.vllm_omni.contract_check import ZipSource, check_release, main
+from verl_omni.rollout.vllm_omni.contract_check import check_release, main
+from verl_omni.rollout.vllm_omni.wheel_sources import ZipSource
 
 MANAGER_V1 = """
     class DiffusionLoRAManager:
