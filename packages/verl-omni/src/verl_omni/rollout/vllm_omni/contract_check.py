@@ -210,10 +210,9 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef, owner: ast.ClassDef | No
     a = fn.args
     positional = [p.arg for p in [*a.posonlyargs, *a.args]]
     static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
-    if owner is not None and not static and positional:
-        positional = positional[1:]
-    keyword = {p.arg for p in [*a.args, *a.kwonlyargs]} - {p.arg for p in a.posonlyargs}
-    return positional, keyword
+    bound = positional[:1] if owner is not None and not static else []
+    keyword = {p.arg for p in [*a.args, *a.kwonlyargs]} - {p.arg for p in a.posonlyargs} - set(bound)
+    return positional[len(bound) :], keyword
 
 
 def _calls(fn: ast.AST, callee: str) -> list[ast.Call]:
@@ -285,7 +284,8 @@ def _check(resolver: Resolver, e: Any) -> str | None:
             positional, keyword = _params(node, owner)
             missing = [n for n in e.names if n not in keyword]
             if missing:
-                return f"{where} takes no parameter(s) {missing} by keyword (has {positional + sorted(keyword)})"
+                have = positional + sorted(keyword - set(positional))
+                return f"{where} takes no parameter(s) {missing} by keyword (it takes {have})"
             if list(e.positional) != positional[: len(e.positional)]:
                 return f"{where} takes {positional[: len(e.positional)]} first, expected {list(e.positional)}"
             return None
