@@ -24,7 +24,7 @@ from verl_omni.rollout.vllm_omni import compat
 
 __all__ = [
     "FAKE_LORA_PATH",
-    "OmniTensorLoRARequest",  # noqa: F822 - built on first access by the module __getattr__
+    "OmniTensorLoRARequest",
     "TensorLoRAPipelineMixin",
     "VLLMOmniHijack",
     "check_binding",
@@ -38,6 +38,9 @@ FAKE_LORA_PATH = "/nonexistent/verl-omni-tensor-lora"
 """`lora_path` of tensor requests: absolute, so vLLM's `get_adapter_absolute_path` never tries the hub."""
 _DEFAULT_COMPONENTS = ("transformer", "transformer_2", "dit", "unet")
 _TENSOR_REQUEST: type | None = None
+
+OmniTensorLoRARequest: type
+"""vLLM's `LoRARequest` plus `peft_config` and `lora_tensors`; built on first access by the module `__getattr__`."""
 
 
 def __getattr__(name: str) -> Any:

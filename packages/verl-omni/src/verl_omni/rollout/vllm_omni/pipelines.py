@@ -20,7 +20,15 @@ import torch
 from verl_omni.rollout.vllm_omni import compat
 from verl_omni.rollout.vllm_omni.lora import TensorLoRAPipelineMixin
 
-__all__ = ["PIPELINE_CLASSES", "SAMPLING_KEY", "LogProbOmniPipelineMixin", "pipeline_qualname"]
+__all__ = [
+    "PIPELINE_CLASSES",
+    "SAMPLING_KEY",
+    "LogProbOmniPipelineMixin",
+    "QwenImageLogProbOmniPipeline",
+    "SD3LogProbOmniPipeline",
+    "pipeline_qualname",
+    "sampling_extra_args",
+]
 
 SAMPLING_KEY = "verl_sampling"
 """Key of `OmniDiffusionSamplingParams.extra_args` holding the request's `DiffusionSamplingConfig` (a dict)."""
@@ -32,6 +40,12 @@ PIPELINE_CLASSES = {
 }  # fmt: skip
 """Adapter name -> (our class, vLLM-Omni's module, vLLM-Omni's pipeline class)."""
 _BUILT: dict[str, type] = {}
+
+# Built on first access by the module `__getattr__` below (annotations only: no value, so the lookup reaches it).
+QwenImageLogProbOmniPipeline: type
+"""`(TensorLoRAPipelineMixin, LogProbOmniPipelineMixin, vllm_omni ... QwenImagePipeline)`."""
+SD3LogProbOmniPipeline: type
+"""`(TensorLoRAPipelineMixin, LogProbOmniPipelineMixin, vllm_omni ... StableDiffusion3Pipeline)`."""
 
 
 def pipeline_qualname(adapter_name: str) -> str:

@@ -14,10 +14,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["EXTENSION_QUALNAME", "WorkerMethods"]
+__all__ = ["EXTENSION_QUALNAME", "VerlOmniWorkerExtension", "WorkerMethods"]
 
 EXTENSION_QUALNAME = f"{__name__}.VerlOmniWorkerExtension"
 _BUILT: type | None = None
+
+VerlOmniWorkerExtension: type
+"""`(WorkerMethods, CustomPipelineWorkerExtension)`; built on first access by the module `__getattr__`."""
 
 
 def __getattr__(name: str) -> Any:
