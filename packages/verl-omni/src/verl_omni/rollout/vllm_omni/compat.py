@@ -227,10 +227,16 @@ def read_request_output(runtime: OmniRuntime, output: Any) -> tuple[dict[str, An
         trajectory = meta.get(_RL_KEY) or {}
     else:
         trajectory = (getattr(output, "custom_output", None) or {}).get(_RL_KEY) or {}
+    trajectory = dict(trajectory)
+    if runtime.has("trajectory_fields"):  # the native fields, should a transport drop the metadata group
+        for key in ("latents", "log_probs", "timesteps"):
+            value = getattr(output, f"trajectory_{key}", None)
+            if key not in trajectory and value is not None:
+                trajectory[key] = value
     holder = getattr(output, "request_output", None) if runtime.has("nested_request_output") else output
     outputs = getattr(holder, "outputs", None) or []
     reason = getattr(outputs[0], "finish_reason", None) if outputs else None
-    return dict(trajectory), ("abort" if reason == "abort" else "stop")
+    return trajectory, ("abort" if reason == "abort" else "stop")
 
 
 def build_diffusion_output(runtime: OmniRuntime, images: Any, trajectory: dict[str, Any]) -> Any:
