@@ -181,7 +181,13 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
         tensors, reason = compat.read_request_output(self._runtime, final)
         if reason == "abort" or not tensors:
             return {"finish_reason": "abort", "seed": seed, "sampling_params": resolved, "trajectory": None}
-        trajectory = TensorDict({k: v for k, v in tensors.items()}, batch_size=[config.n])
+        missing = sorted({"images", "latents", "log_probs", "timesteps", "step_indices"} - set(tensors))
+        if missing:
+            raise RuntimeError(
+                f"vllm-omni {self._runtime.omni} returned an incomplete trajectory for {request_id!r}: missing "
+                f"{missing} (got {sorted(tensors)})"
+            )
+        trajectory = TensorDict(dict(tensors), batch_size=[config.n])
         return {"finish_reason": "stop", "seed": seed, "sampling_params": resolved, "trajectory": trajectory}
 
     async def _engine_abort(self, request_ids: list[str]) -> None:
