@@ -46,20 +46,20 @@ def test_pipeline_qualname_names_known_models():
         pipeline_qualname("flux")
 
 
-def test_constructing_without_vllm_omni_says_which_extra_to_install(tiny_qwen_image_path):
+def test_constructing_without_vllm_omni_says_which_extra_to_install():
     server_cls = get_backend("vllm_omni")
     compat.require.cache_clear()
     with pytest.raises(ImportError, match=re.escape('pip install "verl-omni[vllm-omni]"')):
-        server_cls(RolloutConfig(model={"path": str(tiny_qwen_image_path)}, name="vllm_omni"))
+        server_cls(RolloutConfig(model={"path": "/models/qwen-image"}, name="vllm_omni"))
 
 
-def test_constructing_with_an_unsupported_pair_lists_the_supported_ones(monkeypatch, tiny_qwen_image_path):
+def test_constructing_with_an_unsupported_pair_lists_the_supported_ones(monkeypatch):
     versions = {"vllm-omni": "0.30.0", "vllm": "0.26.0"}
     monkeypatch.setattr(compat, "_installed", versions.__getitem__)
     compat.require.cache_clear()
     try:
         with pytest.raises(compat.UnsupportedVersionError, match=r"vllm 0\.26\.0 does not match.*0\.18\.x \+ vllm"):
-            get_backend("vllm_omni")(RolloutConfig(model={"path": str(tiny_qwen_image_path)}, name="vllm_omni"))
+            get_backend("vllm_omni")(RolloutConfig(model={"path": "/models/qwen-image"}, name="vllm_omni"))
     finally:
         compat.require.cache_clear()
 
