@@ -26,13 +26,13 @@ import time
 import torch
 from tqdm import tqdm
 
+from verl_omni.algos import compute_flow_grpo_advantages
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig
 from verl_omni.engine import DiffusersFSDPEngine
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.reward import jpeg_compressibility
 from verl_omni.rollout import DiffusersRolloutEngine
 from verl_omni.testing import build_tiny_pipeline
-from verl_omni.trainer.algos import compute_flow_grpo_advantages
 
 PROMPTS = ["a red cube on a table", "a quiet lake at dawn"]
 

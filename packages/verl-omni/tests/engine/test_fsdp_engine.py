@@ -236,3 +236,22 @@ def test_engine_checkpoint_load_errors(make_engine, tmp_path):
     lora = make_engine(model={"lora_rank": 4, "lora_alpha": 8})
     with pytest.raises(ValueError, match=r"does not match the engine's trainable weights"):
         lora.load_checkpoint(tmp_path / "full")
+
+
+def test_engine_takes_its_loss_from_the_registry(make_engine, qwen_trajectory, monkeypatch):
+    """A loss registered under a new `loss_mode` runs in `update_policy` without any engine change."""
+    from verl_omni.algos import PolicyLossOutput, flow_grpo_loss, register_loss, registry
+
+    monkeypatch.setattr(registry, "_LOSSES", dict(registry._LOSSES))
+    calls = []
+
+    @register_loss("counted_flow_grpo")
+    def counted(inputs, config):
+        calls.append(tuple(inputs.log_prob.shape))
+        out = flow_grpo_loss(inputs, config)
+        return PolicyLossOutput(out.loss, out.pg_loss, out.kl, {"calls_max": torch.tensor(float(len(calls)))})
+
+    engine = make_engine(actor=_actor(diffusion_loss={"loss_mode": "counted_flow_grpo"}))
+    metrics = engine.update_policy(_with_update_keys(qwen_trajectory, qwen_trajectory["log_probs"]))
+    assert calls == [(2,)] * 4  # 2 micro-batches of 2 images x K = 2 window steps
+    assert metrics["actor/calls_max"] == 4.0 and "actor/pg_clipfrac" not in metrics

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, ClassVar, Literal
 
 from verl_core.config import BaseConfig
+from verl_omni.algos.registry import registered_losses
 
 __all__ = [
     "CheckpointConfig",
@@ -170,20 +171,27 @@ class DiffusionLossConfig(BaseConfig):
     """`actor.diffusion_loss.*`: the FlowGRPO loss.
 
     Args:
-        loss_mode (`str`): only `"flow_grpo"`.
+        loss_mode (`str`): a loss registered with `verl_omni.algos.register_loss`; `"flow_grpo"` is built in.
         clip_ratio (`float`): ε of the ratio clip (> 0; 1e-4 default, 1e-5 in the Qwen-Image recipes).
         adv_clip_max (`float`): advantages are clipped to ±this (> 0).
         kl_type (`str`): `"historical"` (flow_grpo / verl: mean Δμ²/(2·std_dev_t²), reproduces the published β)
             or `"exact"` (mean-reduced exact Gaussian KL; for sde use β_exact = β_historical·h).
     """
 
-    loss_mode: Literal["flow_grpo"] = "flow_grpo"
+    loss_mode: str = "flow_grpo"
     clip_ratio: float = 1e-4
     adv_clip_max: float = 5.0
     kl_type: Literal["historical", "exact"] = "historical"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        known = registered_losses()
+        self._require(
+            "loss_mode",
+            self.loss_mode in known,
+            f"a registered loss ({', '.join(known)}); import the module that registers it with "
+            "verl_omni.algos.register_loss before building the config",
+        )
         self._require("clip_ratio", self.clip_ratio > 0, "a float > 0")
         self._require("adv_clip_max", self.adv_clip_max > 0, "a float > 0")
 

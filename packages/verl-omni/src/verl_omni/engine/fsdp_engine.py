@@ -18,12 +18,12 @@ from tensordict import TensorDict
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+from verl_omni.algos import PolicyLossInput, get_loss, rollout_consistency_metrics
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, torch_dtype_name
 from verl_omni.engine.checkpoint import load_engine_checkpoint, save_engine_checkpoint
 from verl_omni.engine.distributed import all_reduce_metrics, default_device, ensure_process_group, make_mesh
 from verl_omni.engine.lora import adapters_disabled, apply_lora, export_weights
 from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
-from verl_omni.trainer.algos import flow_grpo_policy_loss, kl_penalty, rollout_consistency_metrics
 
 __all__ = ["DiffusersFSDPEngine"]
 
@@ -293,7 +293,8 @@ class DiffusersFSDPEngine:
     def update_policy(self, batch: TensorDict) -> dict[str, float]:
         """FlowGRPO update on a local batch: one optimizer step per mini-batch, `ppo_epochs` passes.
 
-        For each micro-batch and each trained window step one forward/backward runs; the loss is scaled by
+        For each micro-batch and each trained window step one forward/backward runs the loss registered as
+        `actor.diffusion_loss.loss_mode` (`verl_omni.algos.get_loss`); the loss is scaled by
         `micro_size / mini_size / K` so the optimizer sees the mean over samples and steps; then the grad norm
         is clipped (`optim.clip_grad`) and AdamW steps (skipped when the norm is not finite).
 
@@ -302,10 +303,11 @@ class DiffusersFSDPEngine:
                 or `(B, K)`, and `ref_prev_sample_mean` `(B, K, *latent)` when `actor.use_kl_loss`.
 
         Returns:
-            Metrics averaged over ranks (min/max over ranks for `*_min`/`*_max`): `actor/pg_loss`,
-            `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/approx_kl`, `actor/ratio_mean|min|max`, `actor/grad_norm`,
-            `actor/lr` (of the last optimizer step), `actor/kl_loss` (with KL), and
-            `actor/rollout_logprob_diff_mean|max` (when the rollout `log_probs` are in the batch).
+            Metrics averaged over steps, micro-batches and ranks (min/max for `*_min`/`*_max`): `actor/pg_loss`,
+            `actor/kl_loss` (with KL), `actor/<name>` for each metric of the loss (`flow_grpo`: `pg_clipfrac`,
+            `pg_clipfrac_higher|lower`, `ppo_kl`, `approx_kl`, `ratio_mean|min|max`), `actor/grad_norm`,
+            `actor/lr` (of the last optimizer step), and `actor/rollout_logprob_diff_mean|max` (when the rollout
+            `log_probs` are in the batch).
 
         Raises:
             ValueError: the engine is `forward_only`, a required key is missing, or the batch does not split.
@@ -316,11 +318,9 @@ class DiffusersFSDPEngine:
         missing = [k for k in need if k not in batch]
         if missing:
             raise ValueError(f"update_policy: batch lacks {missing}; it has {sorted(batch.keys())}")
-        loss_cfg = self.config.diffusion_loss
+        loss_fn = get_loss(self.config.diffusion_loss.loss_mode)
         k = batch["old_log_probs"].shape[1]
         acc: dict[str, torch.Tensor] = {}
-        ratio_min = torch.full((), float("inf"), device=self.device)
-        ratio_max = torch.full((), float("-inf"), device=self.device)
         n_terms = 0
         grad_norms = []
         lr = self.optimizer.param_groups[0]["lr"]
@@ -335,38 +335,33 @@ class DiffusersFSDPEngine:
                     adv = micro["advantages"]
                     for j in range(k):
                         out = self._score(micro, j)
-                        kl = None
-                        if self.config.use_kl_loss:
-                            kl = kl_penalty(
-                                loss_cfg.kl_type,
-                                out.prev_sample_mean,
-                                micro["ref_prev_sample_mean"][:, j],
-                                out.std_dev_t,
-                                out.std,
-                            )
-                        res = flow_grpo_policy_loss(
-                            out.log_prob,
-                            micro["old_log_probs"][:, j],
-                            adv[:, j] if adv.ndim == 2 else adv,
-                            clip_ratio=loss_cfg.clip_ratio,
-                            adv_clip_max=loss_cfg.adv_clip_max,
-                            kl=kl,
-                            kl_coef=self.config.kl_loss_coef,
+                        res = loss_fn(
+                            PolicyLossInput(
+                                log_prob=out.log_prob,
+                                old_log_prob=micro["old_log_probs"][:, j],
+                                advantages=adv[:, j] if adv.ndim == 2 else adv,
+                                prev_sample_mean=out.prev_sample_mean,
+                                std_dev_t=out.std_dev_t,
+                                std=out.std,
+                                ref_prev_sample_mean=(
+                                    micro["ref_prev_sample_mean"][:, j] if self.config.use_kl_loss else None
+                                ),
+                            ),
+                            self.config,
                         )
                         (res.loss * scale).backward()
                         _accumulate(acc, "pg_loss", res.pg_loss)
-                        if kl is not None:
+                        if res.kl is not None:
                             _accumulate(acc, "kl_loss", res.kl)
-                        for name in ("pg_clipfrac", "ppo_kl", "approx_kl", "ratio_mean"):
-                            _accumulate(acc, name, res.metrics[name])
-                        ratio_min = torch.minimum(ratio_min, res.metrics["ratio_min"])
-                        ratio_max = torch.maximum(ratio_max, res.metrics["ratio_max"])
+                        for name, value in res.metrics.items():
+                            _accumulate(acc, name, value)
                         n_terms += 1
                 lr = self.optimizer.param_groups[0]["lr"]  # the lr this optimizer step uses
                 grad_norms.append(self._clip_and_step())
-        metrics = {f"actor/{name}": total / n_terms for name, total in acc.items()}
-        metrics["actor/ratio_min"] = ratio_min
-        metrics["actor/ratio_max"] = ratio_max
+        metrics = {
+            f"actor/{name}": total if name.endswith(("_min", "_max")) else total / n_terms
+            for name, total in acc.items()
+        }
         metrics["actor/grad_norm"] = torch.stack(grad_norms).mean()
         metrics["actor/lr"] = torch.tensor(lr)
         if "log_probs" in batch:
@@ -433,5 +428,13 @@ class DiffusersFSDPEngine:
 
 
 def _accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
+    """Running sum of a metric; running min / max for names ending in `_min` / `_max`."""
     value = value.detach().float()
-    acc[name] = acc[name] + value if name in acc else value
+    if name not in acc:
+        acc[name] = value
+    elif name.endswith("_min"):
+        acc[name] = torch.minimum(acc[name], value)
+    elif name.endswith("_max"):
+        acc[name] = torch.maximum(acc[name], value)
+    else:
+        acc[name] = acc[name] + value

@@ -1,1 +1,1 @@
-"""FlowGRPO training: the algorithm (`algos`) and, later, the Ray trainer."""
+"""FlowGRPO training on Ray (the trainer); the algorithm's tensor math lives in `verl_omni.algos`."""

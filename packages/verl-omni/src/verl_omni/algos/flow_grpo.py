@@ -1,19 +1,24 @@
-"""FlowGRPO loss: clipped surrogate, KL to the reference policy, and the consistency metrics (flowgrpo_math.md §4).
+"""FlowGRPO loss: clipped surrogate, KL to the reference policy, and the consistency metrics.
 
-All log-probs here are the mean-reduced per-step Gaussian log-densities of the SDE sampler (§1.5), one value per
-(sample, trained step). The engine calls `flow_grpo_policy_loss` once per micro-batch and trained step and scales
-the result so the optimizer sees the mean over steps and micro-batches (§4.2).
+The formulas are in docs/omni/training.md. All log-probs here are the mean-reduced per-step Gaussian
+log-densities of the SDE sampler, one value per (sample, trained step). The engine calls the
+registered loss `"flow_grpo"` (`flow_grpo_loss`) once per micro-batch and trained step and scales the result so the
+optimizer sees the mean over steps and micro-batches.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
+from verl_omni.algos.registry import PolicyLossInput, PolicyLossOutput, register_loss
+
+if TYPE_CHECKING:
+    from verl_omni.config import DiffusionActorConfig
+
 __all__ = [
-    "FlowGRPOLossOutput",
+    "flow_grpo_loss",
     "flow_grpo_policy_loss",
     "kl_penalty",
     "kl_penalty_exact",
@@ -22,28 +27,6 @@ __all__ = [
 ]
 
 KLType = Literal["historical", "exact"]
-
-
-@dataclasses.dataclass
-class FlowGRPOLossOutput:
-    """Result of `flow_grpo_policy_loss`.
-
-    Args:
-        loss (`torch.Tensor`, scalar):
-            `mean_i L^pg_i` (+ `kl_coef · kl` when a KL term was given); differentiable.
-        pg_loss (`torch.Tensor`, scalar, detached):
-            The clipped-surrogate part.
-        kl (`torch.Tensor`, scalar, detached, or `None`):
-            The KL term before the coefficient, when one was given.
-        metrics (`dict[str, torch.Tensor]`):
-            Detached scalars: `pg_clipfrac`, `pg_clipfrac_higher`, `pg_clipfrac_lower`, `ppo_kl` (mean −Δℓ, verl),
-            `approx_kl` (½·mean Δℓ², flow_grpo), `ratio_mean`, `ratio_min`, `ratio_max`.
-    """
-
-    loss: torch.Tensor
-    pg_loss: torch.Tensor
-    kl: torch.Tensor | None
-    metrics: dict[str, torch.Tensor]
 
 
 def flow_grpo_policy_loss(
@@ -55,7 +38,7 @@ def flow_grpo_policy_loss(
     adv_clip_max: float,
     kl: torch.Tensor | None = None,
     kl_coef: float = 0.0,
-) -> FlowGRPOLossOutput:
+) -> PolicyLossOutput:
     """Clipped PPO surrogate of FlowGRPO for one trained step of a micro-batch.
 
     `ρ = exp(ℓ_θ − ℓ_old)`, `Â = clip(A, −adv_clip_max, adv_clip_max)`,
@@ -79,7 +62,9 @@ def flow_grpo_policy_loss(
             β (`actor.kl_loss_coef`).
 
     Returns:
-        `FlowGRPOLossOutput`.
+        [`PolicyLossOutput`]: `loss` = `mean_i L^pg_i` (+ `kl_coef · kl`), differentiable; `pg_loss` and `kl`
+        detached; `metrics`: `pg_clipfrac`, `pg_clipfrac_higher`, `pg_clipfrac_lower`, `ppo_kl` (mean −Δℓ,
+        verl), `approx_kl` (½·mean Δℓ², flow_grpo), `ratio_mean`, `ratio_min`, `ratio_max`.
 
     Raises:
         ValueError: shapes differ or `clip_ratio` / `adv_clip_max` is not positive.
@@ -120,7 +105,7 @@ def flow_grpo_policy_loss(
             "ratio_min": r.min(),
             "ratio_max": r.max(),
         }
-    return FlowGRPOLossOutput(
+    return PolicyLossOutput(
         loss=loss, pg_loss=pg_loss.detach(), kl=None if kl is None else kl.detach(), metrics=metrics
     )
 
@@ -200,6 +185,44 @@ def kl_penalty(
     if kl_type == "exact":
         return kl_penalty_exact(prev_sample_mean, ref_prev_sample_mean, transition_std)
     raise ValueError(f"kl_type: expected 'historical' or 'exact', got {kl_type!r}")
+
+
+@register_loss("flow_grpo")
+def flow_grpo_loss(inputs: PolicyLossInput, config: DiffusionActorConfig) -> PolicyLossOutput:
+    """The registered loss `"flow_grpo"`: `flow_grpo_policy_loss` plus, with `actor.use_kl_loss`, `kl_penalty`.
+
+    Args:
+        inputs (`PolicyLossInput`):
+            One trained step of one micro-batch; `ref_prev_sample_mean` is required when `config.use_kl_loss`.
+        config (`DiffusionActorConfig`):
+            Reads `diffusion_loss.clip_ratio`, `.adv_clip_max`, `.kl_type`, `use_kl_loss` and `kl_loss_coef`.
+
+    Returns:
+        [`PolicyLossOutput`].
+
+    Raises:
+        ValueError: `actor.use_kl_loss` is true but `inputs.ref_prev_sample_mean` is missing.
+    """
+    loss_cfg = config.diffusion_loss
+    kl = None
+    if config.use_kl_loss:
+        if inputs.ref_prev_sample_mean is None:
+            raise ValueError(
+                "ref_prev_sample_mean: actor.use_kl_loss is true but no reference means were given; "
+                "add compute_ref_log_prob's ref_prev_sample_mean to the batch"
+            )
+        kl = kl_penalty(
+            loss_cfg.kl_type, inputs.prev_sample_mean, inputs.ref_prev_sample_mean, inputs.std_dev_t, inputs.std
+        )
+    return flow_grpo_policy_loss(
+        inputs.log_prob,
+        inputs.old_log_prob,
+        inputs.advantages,
+        clip_ratio=loss_cfg.clip_ratio,
+        adv_clip_max=loss_cfg.adv_clip_max,
+        kl=kl,
+        kl_coef=config.kl_loss_coef,
+    )
 
 
 def rollout_consistency_metrics(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""GRPO group advantages for FlowGRPO (flowgrpo_math.md §3).
+"""GRPO group advantages for FlowGRPO (docs/omni/training.md).
 
 One reward per trajectory; trajectories that share a prompt form a group. The advantage of sample `i` is
 

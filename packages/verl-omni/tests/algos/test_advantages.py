@@ -1,4 +1,4 @@
-"""Tests for `verl_omni.trainer.algos.advantages`: E5 of flowgrpo_math.md and property T10."""
+"""Tests for `verl_omni.algos.advantages`: E5 of flowgrpo_math.md and property T10."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from verl_omni.trainer.algos import compute_flow_grpo_advantages, group_index
+from verl_omni.algos import compute_flow_grpo_advantages, group_index
 
 E5_REWARDS = torch.tensor([1.0, 2.0, 4.0, 0.5, 0.5, 0.8])
 E5_GROUPS = ["a", "a", "a", "b", "b", "b"]

@@ -1,4 +1,4 @@
-"""Tests for `verl_omni.trainer.algos.flow_grpo`: E6, T6, T7, T9 (and E1/E3 KL numbers) of flowgrpo_math.md."""
+"""Tests for `verl_omni.algos.flow_grpo`: E6, T6, T7, T9 (and E1/E3 KL numbers) of flowgrpo_math.md."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from verl_omni.trainer.algos import (
+from verl_omni.algos import (
     flow_grpo_policy_loss,
     kl_penalty,
     kl_penalty_exact,

@@ -1,0 +1,135 @@
+"""The policy-loss registry: `register_loss(name)`, `get_loss(name)`, keyed by `actor.diffusion_loss.loss_mode`.
+
+A loss is a function `loss_fn(inputs: PolicyLossInput, config) -> PolicyLossOutput` called by the training engine
+once per micro-batch and trained window step. `config` is the `actor_rollout_ref.actor` config
+(`verl_omni.config.DiffusionActorConfig`): the loss reads its own knobs from `config.diffusion_loss` and the KL
+settings from `config.use_kl_loss`, `config.kl_loss_coef` and `config.diffusion_loss.kl_type`. A new loss plugs in
+by registering itself; the engine does not change::
+
+    from verl_omni.algos import PolicyLossInput, PolicyLossOutput, register_loss
+
+    @register_loss("my_loss")
+    def my_loss(inputs: PolicyLossInput, config) -> PolicyLossOutput: ...
+
+The module that registers a loss must be imported before a config naming it is built (the config checks
+`loss_mode` against this registry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+if TYPE_CHECKING:  # the config imports this registry to validate loss_mode; type-only import back
+    from verl_omni.config import DiffusionActorConfig
+
+__all__ = [
+    "PolicyLossFn",
+    "PolicyLossInput",
+    "PolicyLossOutput",
+    "get_loss",
+    "register_loss",
+    "registered_losses",
+]
+
+
+@dataclasses.dataclass
+class PolicyLossInput:
+    """What the engine hands a loss for one trained window step of one micro-batch of `B` samples.
+
+    Args:
+        log_prob (`torch.Tensor` of shape `(B,)`):
+            Current-policy log-probs ℓ_θ of the stored transitions (carry the gradient).
+        old_log_prob (`torch.Tensor` of shape `(B,)`):
+            Behaviour-policy log-probs ℓ_old (`old_log_probs[:, j]` of the batch).
+        advantages (`torch.Tensor` of shape `(B,)`):
+            Advantages of the samples at this step (unclipped).
+        prev_sample_mean (`torch.Tensor` of shape `(B, *latent)`):
+            Transition mean μ_θ of the current policy (carries the gradient), the scheduler's `prev_sample_mean`.
+        std_dev_t (`torch.Tensor` of shape `(B,)`):
+            The scheduler's `std_dev_t` (σ_t for sde, s for cps).
+        std (`torch.Tensor` of shape `(B,)`):
+            The true per-element transition std s (the scheduler's `std`).
+        ref_prev_sample_mean (`torch.Tensor` of shape `(B, *latent)`, *optional*):
+            Transition mean μ_ref of the reference policy at the same input; given when `actor.use_kl_loss`.
+    """
+
+    log_prob: torch.Tensor
+    old_log_prob: torch.Tensor
+    advantages: torch.Tensor
+    prev_sample_mean: torch.Tensor
+    std_dev_t: torch.Tensor
+    std: torch.Tensor
+    ref_prev_sample_mean: torch.Tensor | None = None
+
+
+@dataclasses.dataclass
+class PolicyLossOutput:
+    """What a loss returns.
+
+    Args:
+        loss (`torch.Tensor`, scalar):
+            The differentiable loss of this step (KL included); the engine scales and back-propagates it.
+        pg_loss (`torch.Tensor`, scalar, detached):
+            The policy-gradient part, reported as `actor/pg_loss`.
+        kl (`torch.Tensor`, scalar, detached, or `None`):
+            The KL term before its coefficient, reported as `actor/kl_loss` when not `None`.
+        metrics (`dict[str, torch.Tensor]`):
+            Detached scalars reported as `actor/<name>`: averaged over steps and micro-batches, except names
+            ending in `_min` / `_max`, which take the min / max.
+    """
+
+    loss: torch.Tensor
+    pg_loss: torch.Tensor
+    kl: torch.Tensor | None
+    metrics: dict[str, torch.Tensor]
+
+
+class PolicyLossFn(Protocol):
+    """A registered loss: `(inputs, config) -> PolicyLossOutput`."""
+
+    def __call__(self, inputs: PolicyLossInput, config: DiffusionActorConfig) -> PolicyLossOutput:
+        """Compute the loss of one trained step of one micro-batch."""
+
+
+_LOSSES: dict[str, PolicyLossFn] = {}
+
+
+def register_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Function decorator: register a loss under `name` (the value of `actor.diffusion_loss.loss_mode`).
+
+    Raises:
+        ValueError: `name` is already registered to another function.
+    """
+
+    def deco(fn: PolicyLossFn) -> PolicyLossFn:
+        other = _LOSSES.get(name)
+        if other is not None and other is not fn:
+            raise ValueError(f"loss_mode: {name!r} is already registered to {other.__qualname__}")
+        _LOSSES[name] = fn
+        return fn
+
+    return deco
+
+
+def registered_losses() -> list[str]:
+    """Every registered loss name, sorted."""
+    return sorted(_LOSSES)
+
+
+def get_loss(name: str) -> PolicyLossFn:
+    """Return the loss registered as `name`.
+
+    Raises:
+        KeyError: `name` is not registered (the message lists the registered names).
+    """
+    try:
+        return _LOSSES[name]
+    except KeyError:
+        raise KeyError(
+            f"actor.diffusion_loss.loss_mode: {name!r} is not a registered loss; registered: "
+            f"{', '.join(registered_losses())} (register one with verl_omni.algos.register_loss)"
+        ) from None
