@@ -206,7 +206,7 @@ def test_runtime_diffusion_output_roundtrip():
     out = compat.build_diffusion_output(runtime, images, trajectory)
     if runtime.has("output_envelope"):
         assert out.output["metadata"]["verl_trajectory"] is trajectory
-        assert out.output["payload"]["image"] is images
+        torch.testing.assert_close(out.output["payload"]["image"], images.float() / 127.5 - 1)
     else:
         assert out.custom_output["verl_trajectory"] is trajectory
     if runtime.has("trajectory_fields"):

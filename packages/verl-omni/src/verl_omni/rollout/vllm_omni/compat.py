@@ -242,10 +242,13 @@ def read_request_output(runtime: OmniRuntime, output: Any) -> tuple[dict[str, An
 def build_diffusion_output(runtime: OmniRuntime, images: Any, trajectory: dict[str, Any]) -> Any:
     """The `DiffusionOutput` a custom pipeline returns, in the layout the release forwards to the client.
 
-    `images` are uint8 `(B, 3, H, W)`; `trajectory` maps names to tensors with batch dim B.
+    `images` are uint8 `(B, 3, H, W)`; `trajectory` maps names to tensors with batch dim B (the server reads it
+    back, uint8 images included). The media output is the images as floats in [-1, 1], what the stock pipelines'
+    decode hands to vLLM-Omni's image post-processing.
     """
     from vllm_omni.diffusion.data import DiffusionOutput
 
+    media = images.float() / 127.5 - 1.0
     kwargs: dict[str, Any] = {}
     if runtime.has("trajectory_fields"):
         kwargs.update(
@@ -256,8 +259,8 @@ def build_diffusion_output(runtime: OmniRuntime, images: Any, trajectory: dict[s
     if runtime.has("output_to_cpu"):
         kwargs["to_cpu"] = True
     if runtime.has("output_envelope"):
-        return DiffusionOutput(output={"payload": {"image": images}, "metadata": {_RL_KEY: trajectory}}, **kwargs)
-    return DiffusionOutput(output=images, custom_output={_RL_KEY: trajectory}, **kwargs)
+        return DiffusionOutput(output={"payload": {"image": media}, "metadata": {_RL_KEY: trajectory}}, **kwargs)
+    return DiffusionOutput(output=media, custom_output={_RL_KEY: trajectory}, **kwargs)
 
 
 def request_items(runtime: OmniRuntime, req: Any) -> list[tuple[Any, Any]]:
