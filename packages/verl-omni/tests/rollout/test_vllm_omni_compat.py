@@ -117,3 +117,16 @@ def test_docs_support_table_is_generated_from_the_contract():
         "docs/omni/vllm_omni.md is out of date: paste the output of "
         "`python packages/verl-omni/src/verl_omni/rollout/vllm_omni/contract_check.py --table`"
     )
+
+
+def test_engine_kwargs_refuses_lora_backends_a_release_cannot_serve():
+    with pytest.raises(
+        compat.UnsupportedVersionError, match=r"lora_backend='peft' needs vllm-omni >= 0\.28 \(installed: 0\.26"
+    ):
+        compat.engine_kwargs(compat.detect("0.26.0", "0.26.0"), {"lora_backend": "peft"}, supports_request_batch=False)
+    runtime = compat.detect("0.30.0", "0.30.0")
+    with pytest.raises(compat.UnsupportedVersionError, match=r"lora_backend='distill'.*rollout\.lora\.rank=0"):
+        compat.engine_kwargs(runtime, {"lora_backend": "distill"}, supports_request_batch=False, lora=True)
+    assert compat.engine_kwargs(runtime, {"lora_backend": "distill"}, supports_request_batch=False) == {
+        "lora_backend": "distill"
+    }

@@ -156,14 +156,28 @@ def _installed(dist: str) -> str:
 # ---- engine side (vLLMOmniHttpServer) --------------------------------------------------------------------------------
 
 
-def engine_kwargs(runtime: OmniRuntime, kwargs: dict[str, Any], *, supports_request_batch: bool) -> dict[str, Any]:
+def engine_kwargs(
+    runtime: OmniRuntime, kwargs: dict[str, Any], *, supports_request_batch: bool, lora: bool = False
+) -> dict[str, Any]:
     """Adapt `AsyncOmni(**kwargs)` to the release: drop what it does not forward, refuse what it cannot do.
 
     Raises:
         UnsupportedVersionError: `max_num_seqs > 1` before 0.20 (the stage hard-codes 1), or on a pipeline without
-            request batching (0.26+ refuses it at start-up; earlier releases would run one request at a time).
+            request batching (0.26+ refuses it at start-up; earlier releases would run one request at a time);
+            `lora_backend` before 0.28, or `lora_backend="distill"` while LoRA weights are synced (`lora`).
     """
     out = dict(kwargs)
+    backend = out.get("lora_backend")
+    if backend is not None and not runtime.has("lora_backend"):
+        raise UnsupportedVersionError(
+            f"rollout.engine_kwargs.vllm_omni.lora_backend={backend!r} needs vllm-omni >= 0.28 "
+            f"(installed: {runtime.omni}); remove the key"
+        )
+    if lora and str(getattr(backend, "value", backend)) == "distill":
+        raise UnsupportedVersionError(
+            "rollout.engine_kwargs.vllm_omni.lora_backend='distill' fuses one adapter at load time and has no LoRA "
+            "manager, so LoRA weight sync cannot work; use 'peft' (the default) or set rollout.lora.rank=0"
+        )
     seqs = int(out.get("max_num_seqs", 1))
     if seqs > 1 and not runtime.has("forwards_max_num_seqs"):
         raise UnsupportedVersionError(

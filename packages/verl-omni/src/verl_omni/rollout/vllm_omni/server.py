@@ -125,7 +125,7 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
                 f"got {type(overrides).__name__}"
             )
         args.update(overrides)
-        return compat.engine_kwargs(self._runtime, args, supports_request_batch=False)
+        return compat.engine_kwargs(self._runtime, args, supports_request_batch=False, lora=config.lora.enabled)
 
     async def _create_engine(self, engine_args: dict[str, Any]) -> Any:
         return compat.create_engine(engine_args)
