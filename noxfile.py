@@ -231,13 +231,24 @@ for _minor_version, _omni in OMNI_RUNTIME.items():
             marker = Path(session.virtualenv.location) / ".verl-runtime-installed"
             if not marker.exists():  # ~9 GB and minutes: installed once, the venv is reused afterwards
                 session.install(f"vllm=={release.vllm}", f"vllm-omni=={omni}")
-                out = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True)
-                if "+cpu" in out:  # torchvision / torchaudio wheels on PyPI are built against the CUDA build of torch
-                    session.run("python", "-m", "pip", "--isolated", "install", "-q", "--force-reinstall",
-                                f"torch=={release.torch}", "torchvision", "torchaudio")  # fmt: skip
                 frozen = Path(session.create_tmp()) / "frozen.txt"
                 pins = session.run("python", "-m", "pip", "freeze", silent=True).splitlines()
-                frozen.write_text("\n".join(p for p in pins if re.fullmatch(r"[A-Za-z0-9_.\-]+==\S+", p)))
+                pins = [p for p in pins if re.fullmatch(r"[A-Za-z0-9_.\-]+==\S+", p)]
+                torch_family = [
+                    p.split("+")[0] for p in pins if p.split("==")[0] in ("torch", "torchvision", "torchaudio")
+                ]
+                if any("+cpu" in p for p in pins if p.startswith("torch==")):
+                    # PyPI's torchvision / torchaudio are built against the CUDA build of torch (which runs without a
+                    # GPU): take it, same versions, everything else pinned where the first resolve put it
+                    others = Path(session.create_tmp()) / "others.txt"
+                    others.write_text(
+                        "\n".join(p for p in pins if p.split("==")[0] not in ("torch", "torchvision", "torchaudio"))
+                    )
+                    session.run("python", "-m", "pip", "--isolated", "install", "-q", "--force-reinstall",
+                                "-c", str(others), *torch_family)  # fmt: skip
+                    pins = session.run("python", "-m", "pip", "freeze", silent=True).splitlines()
+                    pins = [p for p in pins if re.fullmatch(r"[A-Za-z0-9_.\-]+==\S+", p)]
+                frozen.write_text("\n".join(pins))
                 session.install("-c", str(frozen), "-e", "packages/verl-core", "-e", "packages/verl-omni", "pytest>=8")
                 marker.write_text(omni)
             tests = session.posargs or ["packages/verl-omni/tests/rollout/test_vllm_omni_runtime.py"]
