@@ -20,6 +20,30 @@ pytestmark = pytest.mark.skipif(
 IN, OUT, RANK, ALPHA = 16, 12, 4, 8
 
 
+@pytest.fixture(scope="module", autouse=True)
+def single_rank_vllm():
+    """One CPU rank with vLLM's tensor-parallel group (gloo), as a diffusion worker sets it up before layers exist."""
+    import socket
+
+    import vllm.lora.lora_model
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state
+
+    # a CUDA build of torch without a driver: vLLM would pin the adapter's CPU tensors, which needs the driver
+    vllm.lora.lora_model.PIN_MEMORY = False
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+        parallel_state.init_distributed_environment(
+            world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", local_rank=0, backend="gloo"
+        )
+        parallel_state.initialize_model_parallel(1, 1)
+        yield
+        parallel_state.destroy_model_parallel()
+        parallel_state.destroy_distributed_environment()
+
+
 def _linear(n_in: int, n_out: int, seed: int):
     from vllm.model_executor.layers.linear import ReplicatedLinear
 
@@ -119,7 +143,8 @@ def test_runtime_tensor_adapter_changes_output_by_the_lora_delta(hijacked):
     base = pipeline.transformer(x).detach()
     manager = _manager(pipeline)
     tensors = _adapter()
-    assert manager.add_adapter(tensor_lora_request("a1", 1, tensors, PEFT)) is True
+    sent = {k: v.clone() for k, v in tensors.items()}  # vLLM folds the scaling into lora_B in place
+    assert manager.add_adapter(tensor_lora_request("a1", 1, sent, PEFT)) is True
     _select(manager, 1)
     with torch.no_grad():
         out = pipeline.transformer(x)
@@ -138,7 +163,7 @@ def test_runtime_second_adapter_replaces_the_first(hijacked):
     manager = _manager(pipeline)
     manager.add_adapter(tensor_lora_request("a1", 1, _adapter(1), PEFT))
     second = _adapter(2)
-    manager.add_adapter(tensor_lora_request("a2", 2, second, PEFT))
+    manager.add_adapter(tensor_lora_request("a2", 2, {k: v.clone() for k, v in second.items()}, PEFT))
     manager.remove_adapter(1)
     _select(manager, 2)
     with torch.no_grad():
@@ -205,9 +230,12 @@ def test_runtime_diffusion_output_roundtrip():
     trajectory = {"latents": torch.randn(2, 3, 4), "log_probs": torch.randn(2, 2), "timesteps": torch.rand(2, 2)}
     out = compat.build_diffusion_output(runtime, images, trajectory)
     if runtime.has("output_envelope"):
-        assert out.output["metadata"]["verl_trajectory"] is trajectory
+        carried = out.output["metadata"]["verl_trajectory"]
         torch.testing.assert_close(out.output["payload"]["image"], images.float() / 127.5 - 1)
     else:
-        assert out.custom_output["verl_trajectory"] is trajectory
+        carried = out.custom_output["verl_trajectory"]
+    assert sorted(carried) == sorted(trajectory)
+    for key, value in trajectory.items():
+        assert torch.equal(carried[key], value), key
     if runtime.has("trajectory_fields"):
-        assert out.trajectory_log_probs is trajectory["log_probs"]
+        assert torch.equal(out.trajectory_log_probs, trajectory["log_probs"])

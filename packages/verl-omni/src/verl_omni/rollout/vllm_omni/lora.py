@@ -74,7 +74,8 @@ def tensor_lora_request(
     Args:
         name (`str`): adapter name.
         int_id (`int`): adapter id; generate requests select the adapter by it.
-        tensors (`dict[str, torch.Tensor]`): PEFT-named LoRA tensors (`...lora_A.weight` / `...lora_B.weight`).
+        tensors (`dict[str, torch.Tensor]`): PEFT-named LoRA tensors (`...lora_A.weight` / `...lora_B.weight`); CPU
+            float tensors of the manager's dtype are used in place (vLLM folds the LoRA scaling into `lora_B`).
         peft_config (`dict`): the adapter's PEFT config (`r`, `lora_alpha`, `target_modules`, ...).
         path (`str`, *optional*): the placeholder path; must be absolute.
 
