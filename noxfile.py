@@ -249,7 +249,10 @@ for _minor_version, _omni in OMNI_RUNTIME.items():
                     pins = session.run("python", "-m", "pip", "freeze", silent=True).splitlines()
                     pins = [p for p in pins if re.fullmatch(r"[A-Za-z0-9_.\-]+==\S+", p)]
                 frozen.write_text("\n".join(pins))
-                session.install("-c", str(frozen), "-e", "packages/verl-core", "-e", "packages/verl-omni", "pytest>=8")
+                # our dists without their pins (vllm-omni brings its own omegaconf / diffusers), then what the tier
+                # imports on top of vllm-omni's environment, inside it
+                session.install("--no-deps", "-e", "packages/verl-core", "-e", "packages/verl-omni")
+                session.install("-c", str(frozen), "tensordict>=0.10", "pytest>=8")
                 marker.write_text(omni)
             tests = session.posargs or ["packages/verl-omni/tests/rollout/test_vllm_omni_runtime.py"]
             session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-ra", *tests)
