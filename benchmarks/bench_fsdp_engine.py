@@ -41,6 +41,7 @@ from tensordict import TensorDict
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig
 from verl_omni.engine import DiffusersFSDPEngine
 from verl_omni.models.qwen_image import QwenImageAdapter
+from verl_omni.schedulers import setting_code
 
 H200_PEAK_BF16 = 989e12
 QWEN_SCHEDULER = {
@@ -131,6 +132,8 @@ def build_batch(p: Preset, adapter: QwenImageAdapter, batch: int, window: int, s
             "sigmas_next": scheduler.sigmas[idx + 1].float(),
             "noise_level": torch.full((batch,), 1.2),
             "guidance_scale": torch.ones(batch),
+            "sde_type": torch.full((batch,), setting_code("sde_type", "sde")),
+            "cps_logprob": torch.full((batch,), setting_code("cps_logprob", "exact")),
             "num_inference_steps": torch.full((batch,), steps),
             "height": torch.full((batch,), p.height),
             "width": torch.full((batch,), p.width),

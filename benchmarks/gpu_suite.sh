@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in phases, for an H200 machine (run from the repository root):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
-# Phases: env, tests, sampling, core, engine, engine-compile, dist (needs 2 GPUs).
+# Phases: env, tests, sampling, core, engine, engine-compile, dist (needs 2 GPUs), lora-kl.
+#   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
+#            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
+#   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
+#   lora-kl: only the LoRA + KL bf16 loops, one and two GPUs
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -31,6 +35,8 @@ for phase in "$@"; do
                       --device cuda --compile --skip-offload --lora-rank 0 --out-dir "$out/compile" ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
+    lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \
+               packages/verl-omni/tests/engine ;;
     *) echo "unknown phase $phase"; status=2 ;;
   esac
 done

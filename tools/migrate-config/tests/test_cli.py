@@ -171,7 +171,9 @@ def test_directory_walk(tmp_path, capsys) -> None:
     assert "pipeline" in (tmp_path / "a/one.yaml").read_text()
     assert "pipeline" in (tmp_path / "a/b/two.yml").read_text()
     assert (
-        (tmp_path / "a/run.sh").read_text().startswith("verl-omni-train actor_rollout_ref.rollout.pipeline.height=256 ")
+        (tmp_path / "a/run.sh")
+        .read_text()
+        .startswith("python3 -m verl_omni.trainer.main_diffusion actor_rollout_ref.rollout.pipeline.height=256 ")
     )
     assert (tmp_path / "a/notes.txt").read_text() == OLD
     assert (tmp_path / "a/.hidden/three.yaml").read_text() == OLD
@@ -336,8 +338,8 @@ def test_script_flag_and_sniffing(tmp_path, capsys) -> None:
     path = _write(tmp_path, "launch", "python3 -m verl.trainer.main_flowgrpo algorithm.adv_estimator=flow_grpo\n")
     assert main([path]) == 0
     assert capsys.readouterr().out == (
-        "verl-omni-train actor_rollout_ref.model.algorithm=flow_grpo actor_rollout_ref.model.lora_rank=32 "
-        "actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=40\n"
+        "python3 -m verl_omni.trainer.main_diffusion actor_rollout_ref.model.algorithm=flow_grpo "
+        "actor_rollout_ref.model.lora_rank=32 actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=40\n"
     )
 
 
@@ -400,8 +402,9 @@ def test_config_group_files_by_header_or_option(tmp_path, capsys) -> None:
         "# @package actor_rollout_ref.rollout\ndefaults:\n  - rollout\n  - _self_\nheight: 256\n",
     )
     assert main([header]) == 0
+    # verl-omni's diffusion rollout group has no LLM `rollout` option to layer on
     assert capsys.readouterr().out == (
-        "# @package actor_rollout_ref.rollout\ndefaults:\n  - rollout\n  - _self_\npipeline:\n  height: 256\n"
+        "# @package actor_rollout_ref.rollout\ndefaults:\n  - _self_\npipeline:\n  height: 256\n"
     )
     plain = _write(
         tmp_path, "model/mine.yaml", "lora_rank: 8\nheight: ${oc.select:actor_rollout_ref.rollout.height,512}\n"

@@ -88,7 +88,7 @@ def test_full_dump_lands_on_the_verl_omni_tree() -> None:
 @pytest.mark.parametrize("name", ["run_qwen_image_ocr_lora.sh", "run_flowgrpo_trainer_diffusers.sh"])
 def test_scripts_match_verl_omni_recipes(name: str) -> None:
     out = _read(_migrated(name))
-    assert "verl.trainer.main_flowgrpo" not in out and "verl-omni-train \\\n" in out
+    assert "verl.trainer.main_flowgrpo" not in out and "python3 -m verl_omni.trainer.main_diffusion \\\n" in out
     for expected in (
         "actor_rollout_ref.model.algorithm=flow_grpo",
         "actor_rollout_ref.actor.diffusion_loss.loss_mode=flow_grpo",

@@ -46,9 +46,9 @@ def test_comments_blank_lines_and_order_survive() -> None:
           # the rollout
           rollout:
             name: vllm_omni
-            # width follows
             pipeline:
               height: 256  # px
+              # width follows
               width: 256
             n: 8
 
@@ -242,3 +242,172 @@ def test_defaults_entry_comments_survive_a_group_rename() -> None:
         "defaults:\n  - diffusion_trainer  # base\n"
         "  - override diffusion/rollout@actor_rollout_ref.rollout: diffusion_rollout  # old group\n  - _self_\n"
     )
+
+
+def test_defaults_list_comments_stay_with_their_entries() -> None:
+    skip = ["root-defaults-complete", "root-keys-complete", "lora-rank-default", "val-num-inference-steps-default"]
+    out, _ = migrate_yaml_text(
+        textwrap.dedent(
+            """\
+        defaults:
+
+          # Model config.
+          - model@actor_rollout_ref.model: diffusion_model
+
+          # Critic model config.
+          - critic@critic: dp_critic
+
+          # Reward config.
+          - reward@reward: reward
+
+          # Rollout correction config.
+          - algorithm@algorithm.rollout_correction: rollout_correction
+
+          # this file's fields win
+          - _self_
+
+        trainer:
+          nnodes: 1
+        """
+        ),
+        skip=skip,
+    )
+    assert out == textwrap.dedent(
+        """\
+        defaults:
+
+          # Model config.
+          - diffusion/model@actor_rollout_ref.model: diffusion_model
+
+          # Reward config.
+          - reward@reward: reward
+
+          # this file's fields win
+          - _self_
+
+        trainer:
+          nnodes: 1
+        """
+    )
+
+
+def test_blank_lines_between_top_level_sections_survive() -> None:
+    out = _m(
+        """\
+        critic:
+          strategy: fsdp
+
+        trainer:
+          nnodes: 1
+          critic_warmup: 0
+
+        # Ray
+        ray_kwargs:
+          timeline_json_file: null
+        """
+    )
+    assert out == "trainer:\n  nnodes: 1\n\n# Ray\nray_kwargs:\n  timeline_json_file: null\n"
+
+
+def test_true_and_false_keep_their_spelling() -> None:
+    out = _m(
+        """\
+        actor_rollout_ref:
+          rollout:
+            layered_summon: False
+            height: 256
+          model:
+            use_shm: TRUE
+            enable_gradient_checkpointing: True
+        trainer:
+          val_only: false
+        """
+    )
+    assert "layered_summon: False\n" in out and "use_shm: TRUE\n" in out
+    assert "enable_gradient_checkpointing: True\n" in out and "val_only: false\n" in out
+
+
+def test_moved_keys_take_their_comment_block_and_keep_the_blank_line_style() -> None:
+    out = _m(
+        """\
+        actor_rollout_ref:
+
+          actor:
+
+            # ratio clip
+            clip_ratio: 0.0001
+
+            # advantage clamp
+            clip_ratio_high: 5.0
+
+            # epochs
+            ppo_epochs: 1
+        """
+    )
+    assert out == textwrap.dedent(
+        """\
+        actor_rollout_ref:
+
+          actor:
+
+            diffusion_loss:
+
+              # ratio clip
+              clip_ratio: 0.0001
+
+              # advantage clamp
+              adv_clip_max: 5.0
+
+            # epochs
+            ppo_epochs: 1
+        """
+    )
+
+
+def test_the_file_header_stays_on_top_when_the_first_key_moves() -> None:
+    out, _ = migrate_yaml_text("# @package actor_rollout_ref.rollout\nheight: 256\nn: 2\n")
+    assert out == "# @package actor_rollout_ref.rollout\npipeline:\n  height: 256\nn: 2\n"
+
+
+def test_lines_the_dump_would_respell_keep_their_text() -> None:
+    out = _m(
+        """\
+        actor_rollout_ref:
+          rollout:
+            height: 256
+            name:
+            top_k: ~
+            n:   2
+          model:
+            path:  ${oc.env:MODEL_DIR}/Qwen-Image
+        """
+    )
+    assert out == textwrap.dedent(
+        """\
+        actor_rollout_ref:
+          rollout:
+            pipeline:
+              height: 256
+            name:
+            top_k: ~
+            n:   2
+          model:
+            path:  ${oc.env:MODEL_DIR}/Qwen-Image
+        """
+    )
+
+
+def test_comments_after_a_flow_sequence_stay_outside_it() -> None:
+    out = _m(
+        """\
+        trainer:
+          nnodes: 1
+          logger: [console]
+          critic_warmup: 0
+
+        # Ray
+        ray_kwargs:
+          timeline_json_file: null
+        """
+    )
+    assert out == "trainer:\n  nnodes: 1\n  logger: [console]\n\n# Ray\nray_kwargs:\n  timeline_json_file: null\n"

@@ -21,7 +21,8 @@ def test_single_line_with_env_prefix_and_quoted_args() -> None:
         f"reward.reward_manager.name='visual'{TAIL} \"$@\"\n"
     )
     assert out == (
-        'HYDRA_FULL_ERROR=1 verl-omni-train "actor_rollout_ref.rollout.algo.noise_level=1.2" '
+        "HYDRA_FULL_ERROR=1 python3 -m verl_omni.trainer.main_diffusion "
+        '"actor_rollout_ref.rollout.algo.noise_level=1.2" '
         f"reward.reward_manager.name='VisualRewardManager'{TAIL} "
         'actor_rollout_ref.rollout.val_kwargs.algo.noise_level=1.2 "$@"\n'
     )
@@ -36,7 +37,7 @@ def test_dropping_the_last_line_moves_the_continuation() -> None:
         echo done
         """
     )
-    assert out == f"verl-omni-train \\\n    trainer.nnodes=1{TAIL}\necho done\n"
+    assert out == f"python3 -m verl_omni.trainer.main_diffusion \\\n    trainer.nnodes=1{TAIL}\necho done\n"
 
 
 def test_new_overrides_go_before_the_last_line() -> None:
@@ -48,7 +49,7 @@ def test_new_overrides_go_before_the_last_line() -> None:
         """
     )
     assert out == (
-        "verl-omni-train \\\n"
+        "python3 -m verl_omni.trainer.main_diffusion \\\n"
         "    actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=4 \\\n"
         "    actor_rollout_ref.model.lora_rank=32 \\\n"
         "    trainer.nnodes=1 $@\n"
@@ -66,7 +67,9 @@ def test_shell_constructs_untouched() -> None:
         """
     )
     out = migrate_script_text(src)[0]
-    assert out.startswith("# python3 -m verl.trainer.main_flowgrpo in a comment stays\nverl-omni-train \\\n")
+    assert out.startswith(
+        "# python3 -m verl.trainer.main_flowgrpo in a comment stays\npython3 -m verl_omni.trainer.main_diffusion \\\n"
+    )
     assert 'data.train_files="$(ls ${DATA}/*.parquet | head -1)"' in out
     assert "actor_rollout_ref.rollout.pipeline.height=${H:-256}" in out
     assert "trainer.experiment_name=run_`date +%s`" in out
@@ -79,7 +82,7 @@ def test_two_commands_in_one_script() -> None:
         python3 -m verl.trainer.main_flowgrpo actor_rollout_ref.rollout.width=128{TAIL} && echo ok
         """
     )
-    assert out.count("verl-omni-train actor_rollout_ref.rollout.pipeline.width=") == 2
+    assert out.count("python3 -m verl_omni.trainer.main_diffusion actor_rollout_ref.rollout.pipeline.width=") == 2
     assert out.rstrip().endswith("&& echo ok")
 
 
@@ -103,8 +106,8 @@ def test_unterminated_substitution_names_the_line_it_opens() -> None:
 def test_interpreter_paths_and_flags() -> None:
     for head in ("/usr/bin/python3", "${VENV}/bin/python", "python3.11 -u", "nohup python3"):
         out = _m(f"{head} -m verl.trainer.main_flowgrpo actor_rollout_ref.rollout.width=64{TAIL}\n")
-        prefix = "nohup " if head.startswith("nohup") else ""
-        assert out.startswith(f"{prefix}verl-omni-train actor_rollout_ref.rollout.pipeline.width=64"), out
+        # only the module name changes: the interpreter, its path and its flags stay as written
+        assert out.startswith(f"{head} -m verl_omni.trainer.main_diffusion actor_rollout_ref.rollout.pipeline.width=64")
 
 
 def test_dropping_the_last_lines_and_adding_overrides() -> None:
@@ -118,7 +121,7 @@ def test_dropping_the_last_lines_and_adding_overrides() -> None:
         """
     )
     assert out == (
-        "verl-omni-train \\\n"
+        "python3 -m verl_omni.trainer.main_diffusion \\\n"
         "    actor_rollout_ref.model.lora_rank=32 \\\n"
         "    actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=40 \\\n"
         "    trainer.nnodes=1\n"
@@ -135,7 +138,7 @@ def test_every_override_dropped() -> None:
         """
     )
     assert out == (
-        "verl-omni-train actor_rollout_ref.model.lora_rank=32 "
+        "python3 -m verl_omni.trainer.main_diffusion actor_rollout_ref.model.lora_rank=32 "
         "actor_rollout_ref.rollout.val_kwargs.pipeline.num_inference_steps=40\n"
     )
 
@@ -145,4 +148,52 @@ def test_two_words_dropped_from_one_line() -> None:
         "python3 -m verl.trainer.main_flowgrpo trainer.balance_batch=1 trainer.nnodes=1 "
         f"trainer.critic_warmup=0{TAIL}\n"
     )
-    assert out == f"verl-omni-train trainer.nnodes=1{TAIL}\n"
+    assert out == f"python3 -m verl_omni.trainer.main_diffusion trainer.nnodes=1{TAIL}\n"
+
+
+def test_value_rules_follow_simple_shell_variables() -> None:
+    src = textwrap.dedent(
+        f"""\
+        reward_path=examples/flowgrpo_trainer/reward_fn.py
+        RM=visual
+        STEPS=${{STEPS:-40}}
+        LIB="examples.flowgrpo_trainer.diffusers.qwen_image"
+        python3 -m verl.trainer.main_flowgrpo \\
+            reward.custom_reward_function.path=$reward_path \\
+            reward.reward_manager.name=$RM \\
+            actor_rollout_ref.model.external_lib=${{LIB}} \\
+            actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent{TAIL}
+        """
+    )
+    out, report = migrate_script_text(src, "run.sh")
+    # the assignment of a variable used once is rewritten; the override keeps `$RM`
+    assert out.startswith("reward_path=examples/flowgrpo_trainer/reward_fn.py\nRM=VisualRewardManager\n")
+    assert "    reward.reward_manager.name=$RM \\\n" in out
+    # a value rule that drops the override drops it whatever spelled the value
+    assert "external_lib" not in out
+    (flag,) = [f for f in report.findings if f.rule_id == "reward-fn-example-path"]
+    assert flag.path == "reward.custom_reward_function.path" and flag.line == 6
+    assert "value from `$reward_path` (set on line 1)" in flag.message
+    (drop,) = [c for c in report.changes if c.rule_id == "drop-example-model-external-lib"]
+    assert "value from `$LIB` (set on line 4)" in drop.note
+
+
+def test_a_variable_used_twice_gets_the_literal_on_the_override() -> None:
+    src = 'RM=visual\necho "manager: $RM"\npython3 -m verl.trainer.main_flowgrpo reward.reward_manager.name=$RM' + TAIL
+    out, _ = migrate_script_text(src + "\n", "run.sh")
+    assert out.startswith('RM=visual\necho "manager: $RM"\n')
+    assert "reward.reward_manager.name=VisualRewardManager" in out
+
+
+def test_a_default_in_a_variable_is_rewritten_in_place() -> None:
+    src = 'RM="${RM:-visual}"\npython3 -m verl.trainer.main_flowgrpo reward.reward_manager.name=${RM}' + TAIL
+    out, _ = migrate_script_text(src + "\n", "run.sh")
+    assert out.startswith('RM="${RM:-VisualRewardManager}"\n')
+
+
+def test_variables_assigned_twice_or_from_commands_are_not_followed() -> None:
+    for head in ("RM=visual\nRM=naive\n", "RM=$(cat manager.txt)\n"):
+        src = head + "python3 -m verl.trainer.main_flowgrpo reward.reward_manager.name=$RM" + TAIL + "\n"
+        out, report = migrate_script_text(src, "run.sh")
+        assert out.startswith(head) and "reward.reward_manager.name=$RM" in out
+        assert not [c for c in report.changes if c.rule_id == "reward-manager-visual"]

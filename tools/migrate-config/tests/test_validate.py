@@ -82,6 +82,7 @@ def test_validate_script_overrides(capsys) -> None:
     assert "needs `+`" in msgs["actor_rollout_ref.rollout.val_kwargs.seed"]
 
 
+@pytest.mark.slow
 def test_compose_with_a_verl_omni_hydra_config(tmp_path) -> None:
     pytest.importorskip("hydra")
     folder = _config_folder(tmp_path)

@@ -1,4 +1,4 @@
-"""Tests for `verl_omni.algos.advantages`: E5 of flowgrpo_math.md and property T10."""
+"""Tests for `verl_omni.algos.advantages`: example E5 and property T10 of docs/omni/math.md (§6)."""
 
 from __future__ import annotations
 

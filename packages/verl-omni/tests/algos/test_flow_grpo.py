@@ -1,4 +1,4 @@
-"""Tests for `verl_omni.algos.flow_grpo`: E6, T6, T7, T9 (and E1/E3 KL numbers) of flowgrpo_math.md."""
+"""Tests for `verl_omni.algos.flow_grpo`: E6, T6, T7, T9 (and the E1/E3/E7 KL numbers) of docs/omni/math.md."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ DV = torch.tensor([0.01, -0.02, 0.0, 0.03], dtype=F64)
 
 
 def _sde_mean(x, v, sigma, sigma_next, a, sigma_1=None):
-    """Reference sde transition (flowgrpo_math.md §1.2), float64, for the KL identity tests."""
+    """Reference sde transition (docs/omni/math.md §2), float64, for the KL identity tests."""
     dt = sigma_next - sigma
     s_tilde = sigma if sigma < 1 else sigma_1
     std_dev_t = a * math.sqrt(sigma / (1 - s_tilde))

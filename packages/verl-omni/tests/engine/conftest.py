@@ -31,9 +31,9 @@ def _one_intra_op_thread():
     torch.set_num_threads(before)
 
 
-def sample_trajectory(pipe: Any, *, guidance_scale: float = 1.0, seed: int = 0) -> TensorDict:
+def sample_trajectory(pipe: Any, *, guidance_scale: float = 1.0, seed: int = 0, **overrides: Any) -> TensorDict:
     """Sample 2 prompts x 2 images (K = 2 window steps) with a tiny log-prob pipeline; return the trajectory."""
-    params = {**ENGINE_SAMPLING, "guidance_scale": guidance_scale, "seed": seed}
+    params = {**ENGINE_SAMPLING, "guidance_scale": guidance_scale, "seed": seed, **overrides}
     out = pipe.generate_with_logprob(["a cat on a red chair", "two dogs in the snow"], **params)
     return out.trajectory.exclude("images")
 
@@ -45,11 +45,14 @@ def qwen_trajectory(tiny_qwen_image_pipe: Any) -> TensorDict:
 
 @pytest.fixture
 def make_engine(tiny_qwen_image_path: pathlib.Path) -> Callable[..., Any]:
-    """`make_engine(actor=..., model=..., path=...)`: a `DiffusersFSDPEngine` on the tiny Qwen-Image folder, fp32."""
+    """`make_engine(actor=..., model=..., path=..., **engine_kwargs)`: a `DiffusersFSDPEngine` on the tiny
+    Qwen-Image folder, fp32, on the CPU."""
     from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig
     from verl_omni.engine import DiffusersFSDPEngine
 
-    def factory(*, actor: dict | None = None, model: dict | None = None, path: pathlib.Path | None = None) -> Any:
+    def factory(
+        *, actor: dict | None = None, model: dict | None = None, path: pathlib.Path | None = None, **engine_kwargs: Any
+    ) -> Any:
         actor_cfg = {
             "rollout_n": 2,
             "ppo_mini_batch_size": 2,
@@ -64,7 +67,7 @@ def make_engine(tiny_qwen_image_path: pathlib.Path) -> Callable[..., Any]:
             **(model or {}),
         }
         return DiffusersFSDPEngine.from_pretrained(
-            DiffusionModelConfig(**model_cfg), DiffusionActorConfig(**actor_cfg), device="cpu"
+            DiffusionModelConfig(**model_cfg), DiffusionActorConfig(**actor_cfg), device="cpu", **engine_kwargs
         )
 
     return factory

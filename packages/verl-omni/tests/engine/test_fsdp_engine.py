@@ -169,24 +169,74 @@ def test_engine_export_lora_and_full_weights(make_engine, tiny_qwen_image_path):
         assert torch.equal(full[name], value), name
 
 
-def test_engine_checkpoint_round_trip_next_update_bit_identical(make_engine, qwen_trajectory, tmp_path):
-    actor = _actor(shuffle=True, optim={"lr_warmup_steps": 3})
-    model = {"lora_rank": 4, "lora_alpha": 8}
-    engine = make_engine(actor=actor, model=model)
-    batch = _with_update_keys(qwen_trajectory, engine.compute_log_prob(qwen_trajectory)["old_log_probs"])
-    engine.update_policy(batch)
-    engine.save_checkpoint(tmp_path / "ckpt")
-    torch.manual_seed(1234)  # the checkpoint restores the RNG, whatever happened in between
-    expected_metrics = engine.update_policy(batch)
-    expected = _params(engine)
+def _optimizer_state(engine):
+    """AdamW state per parameter name (full tensors), and the param groups' hyper-parameters."""
+    names = {id(p): n for n, p in engine.module.named_parameters()}
+    state = {}
+    for param, values in engine.optimizer.state.items():
+        for key, value in values.items():
+            full = value.full_tensor() if hasattr(value, "full_tensor") else value
+            state[f"{names[id(param)]}.{key}"] = torch.as_tensor(full).detach().clone()
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in engine.optimizer.param_groups]
+    return state, groups
 
-    fresh = make_engine(actor=actor, model=model)
-    assert fresh.load_checkpoint(tmp_path / "ckpt") == 1
-    metrics = fresh.update_policy(batch)
+
+@pytest.mark.slow
+def test_engine_checkpoint_resume_is_bit_identical_to_training_straight(make_engine, qwen_trajectory, tmp_path):
+    """N updates straight == N - k updates, save, load into a fresh engine, k more: weights, AdamW state, LR.
+
+    Each update is 2 optimizer steps (mini-batches of 1 prompt) on a warm-up + cosine schedule, so the LR differs
+    at every step and the first steps after resuming need the restored scheduler (the optimizer's saved LR only
+    covers the first). Each update's advantages are drawn from torch's global RNG, as a trainer's window or
+    timestep choice would be, so resuming needs the restored RNG (the fresh engine reseeds it to build LoRA).
+    """
+    actor = _actor(
+        mini=1,
+        shuffle=True,
+        optim={"lr_warmup_steps": 2, "lr_scheduler_type": "cosine", "total_training_steps": 8, "min_lr_ratio": 0.1},
+    )
+    model = {"lora_rank": 4, "lora_alpha": 8}
+    old = qwen_trajectory["log_probs"]
+
+    def train(engine, updates):
+        metrics = []
+        for _ in range(updates):
+            batch = qwen_trajectory.clone()
+            batch["old_log_probs"] = old
+            batch["advantages"] = torch.randn(batch.batch_size[0])  # the global RNG, as a trainer's draws
+            metrics.append(engine.update_policy(batch))
+        return metrics
+
+    n, k = 2, 1
+    straight = make_engine(actor=actor, model=model)
+    expected_metrics = train(straight, n)[n - k :]
+
+    first = make_engine(actor=actor, model=model)
+    train(first, n - k)
+    first.save_checkpoint(tmp_path / "ckpt")
+    del first
+    torch.manual_seed(1234)  # whatever happened in between, the checkpoint restores the RNG
+    resumed = make_engine(actor=actor, model=model)
+    assert resumed.load_checkpoint(tmp_path / "ckpt") == 2 * (n - k)
+    lr_at_resume = resumed.optimizer.param_groups[0]["lr"]
+    metrics = train(resumed, k)
+
+    assert resumed.global_step == straight.global_step == 2 * n
+    assert metrics[-1]["actor/lr"] != lr_at_resume  # the schedule moved after resuming
     assert metrics == expected_metrics
-    got = _params(fresh)
-    for name in expected:
-        assert torch.equal(got[name], expected[name]), name
+    assert resumed.lr_scheduler.state_dict() == straight.lr_scheduler.state_dict()
+    got, want = _params(resumed), _params(straight)
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+    (got_state, got_groups), (want_state, want_groups) = _optimizer_state(resumed), _optimizer_state(straight)
+    assert got_groups == want_groups
+    assert want_state and want_state.keys() <= got_state.keys()
+    for name in want_state:
+        assert torch.equal(got_state[name], want_state[name]), name
+    # loading initialises AdamW state for the params that never get a gradient (the last block's unused text
+    # branch): zero moments, which AdamW never reads, as it skips params without a gradient
+    for name in got_state.keys() - want_state.keys():
+        assert name.endswith(".step") or not got_state[name].any(), name
 
 
 @pytest.mark.parametrize(
@@ -255,3 +305,20 @@ def test_engine_takes_its_loss_from_the_registry(make_engine, qwen_trajectory, m
     metrics = engine.update_policy(_with_update_keys(qwen_trajectory, qwen_trajectory["log_probs"]))
     assert calls == [(2,)] * 4  # 2 micro-batches of 2 images x K = 2 window steps
     assert metrics["actor/calls_max"] == 4.0 and "actor/pg_clipfrac" not in metrics
+
+
+def test_engine_scores_a_cps_trajectory_with_the_settings_it_stores(make_engine, tiny_qwen_image_pipe):
+    """Default arguments: sde_type / cps_logprob come from the trajectory, so fp32 recompute == rollout, exactly.
+
+    One micro-batch of the whole batch, as the rollout ran it (Qwen-Image trims prompt padding per micro-batch,
+    which moves the last bits); scoring it as sde instead would differ by about 0.05.
+    """
+    cps = sample_trajectory(tiny_qwen_image_pipe, sde_type="cps", seed=5)
+    engine = make_engine(actor=_actor(micro=4))
+    old = engine.compute_log_prob(cps)["old_log_probs"]
+    torch.testing.assert_close(old, cps["log_probs"], rtol=0, atol=0)
+    conflicting = make_engine(sde_type="sde")
+    with pytest.raises(
+        ValueError, match=r"sde_type: the caller passed 'sde' but the trajectory was sampled with 'cps'"
+    ):
+        conflicting.compute_log_prob(cps)

@@ -5,6 +5,10 @@ one), the two ranks in a `torch.distributed.run` subprocess with the same worker
 Tolerances (stated): loss rel 1e-6, grad norm rel 1e-5; old log-probs atol 1e-6; updated weights atol 1e-6 after
 one AdamW step of lr 1e-3 (eps 1e-6), i.e. within 0.1 % of a step.
 GPU (`gpu` marker, needs 2 CUDA devices): one vs two GPUs with NCCL, fp32 compute, full and LoRA, weights atol 1e-5.
+
+LoRA + KL in bf16 compute (the default recipe's precision), reference log-probs -> update -> reference log-probs ->
+update with the reference pass as the engine's first forward (`run_lora_kl_loop`): two gloo processes on the CPU
+(`slow`) and two GPUs with NCCL (`gpu`), each against one process / one GPU.
 """
 
 from __future__ import annotations
@@ -79,3 +83,49 @@ def test_fsdp2_two_gpus_nccl_match_one_gpu(tiny_qwen_image_path, saved_batch, tm
     one = _run(1, tiny_qwen_image_path, saved_batch, tmp_path / "one.pt", *extra)
     two = _run(2, tiny_qwen_image_path, saved_batch, tmp_path / "two.pt", *extra)
     _assert_same(one, two, weight_atol=1e-5)
+
+
+def _assert_lora_kl_loop(one: dict, two: dict, *, ref_atol: float) -> None:
+    for result in (one, two):
+        kls = [m["actor/kl_loss"] for m in result["metrics"]]
+        assert kls[0] < 1e-10 < kls[1], kls  # lora_B starts at 0: policy == reference until the first step
+        assert all(m["actor/grad_norm"] > 0 for m in result["metrics"])
+        # the reference (adapters disabled) does not move with the adapter
+        torch.testing.assert_close(result["ref_log_probs"][1], result["ref_log_probs"][0], rtol=0, atol=ref_atol)
+    torch.testing.assert_close(two["ref_log_probs"][0], one["ref_log_probs"][0], rtol=0, atol=ref_atol)
+    assert set(two["weights"]) == set(one["weights"])
+
+
+@pytest.mark.slow
+def test_lora_kl_bf16_loop_two_processes_gloo(tiny_qwen_image_path, saved_batch, tmp_path):
+    one = _load_worker().run_lora_kl_loop(str(tiny_qwen_image_path), str(saved_batch), device="cpu")
+    two = _run(2, tiny_qwen_image_path, saved_batch, tmp_path / "two.pt", "--lora-kl-loop")
+    _assert_lora_kl_loop(one, two, ref_atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+@pytest.mark.parametrize("pipeline_fixture", ["tiny_qwen_image_path", "tiny_sd3_path"], ids=["qwen", "sd3"])
+def test_lora_kl_bf16_loop_two_gpus_nccl(request, pipeline_fixture, tmp_path):
+    pipeline = request.getfixturevalue(pipeline_fixture)
+    pipe_cls = "QwenImagePipelineWithLogProb" if "qwen" in pipeline_fixture else "StableDiffusion3PipelineWithLogProb"
+    batch_path = _saved_batch_for(pipeline, pipe_cls, tmp_path)
+    extra = ("--device", "cuda", "--lora-kl-loop")
+    one = _run(1, pipeline, batch_path, tmp_path / "one.pt", *extra)
+    two = _run(2, pipeline, batch_path, tmp_path / "two.pt", *extra)
+    _assert_lora_kl_loop(one, two, ref_atol=5e-2)
+
+
+def _saved_batch_for(pipeline: pathlib.Path, pipe_cls: str, tmp_path: pathlib.Path) -> pathlib.Path:
+    """Sample a trajectory with the tiny pipeline at `pipeline` and save it with advantages for the worker."""
+    import verl_omni.pipelines as pipelines
+
+    from .conftest import sample_trajectory
+
+    pipe = getattr(pipelines, pipe_cls).from_pretrained(pipeline)
+    pipe.set_progress_bar_config(disable=True)
+    batch = sample_trajectory(pipe)
+    batch["advantages"] = torch.tensor([1.0, -0.5, 0.8, 0.3])
+    path = tmp_path / "batch.pt"
+    torch.save(batch.to_dict(), path)
+    return path

@@ -1,4 +1,4 @@
-"""Model registry and the Qwen-Image / SD3 adapters: schedules, latents, guidance rules (flowgrpo_math §2)."""
+"""Model registry and the Qwen-Image / SD3 adapters: schedules (E4, T12 of docs/omni/math.md), latents, guidance."""
 
 import sys
 import textwrap

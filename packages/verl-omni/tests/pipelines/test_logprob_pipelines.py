@@ -6,6 +6,7 @@ from diffusers import QwenImagePipeline, StableDiffusion3Pipeline
 
 from verl_omni.pipelines import make_generators
 from verl_omni.pipelines.config import DiffusionSamplingConfig
+from verl_omni.schedulers import CPS_LOGPROBS, SDE_TYPES
 
 PROMPTS = ["a cat on a red chair", "two dogs in the snow"]
 GUIDANCE = {"qwen_image": 4.0, "sd3": 4.5}
@@ -53,6 +54,10 @@ def test_trajectory_layout(model, pipe, tiny_sampling_config):
     assert traj["step_indices"].tolist() == [[start, start + 1]] * b
     assert traj["prompt_index"].tolist() == [0, 0, 1, 1]
     torch.testing.assert_close(traj["timesteps"], traj["sigmas"] * 1000)
+    for key in ("sde_type", "cps_logprob", "num_inference_steps", "height", "width"):
+        assert traj[key].shape == (b,) and traj[key].dtype == torch.int64, key
+    assert traj["sde_type"].tolist() == [SDE_TYPES.index(cfg.sde_type)] * b
+    assert traj["cps_logprob"].tolist() == [CPS_LOGPROBS.index(cfg.cps_logprob)] * b
     for key in pipe.adapter.cond_keys + pipe.adapter.negative_cond_keys:
         assert key in set(traj.keys())
     assert torch.isfinite(traj["log_probs"]).all()
@@ -66,8 +71,8 @@ def test_rollout_training_logprob_consistency_fp32(model, pipe, tiny_sampling_co
         sde_window_size=2 if sde_type == "cps" else 0, sde_window_range=[0, 3] if sde_type == "cps" else None,
     )  # fmt: skip
     traj = pipe.generate_with_logprob(PROMPTS, cfg).trajectory
-    # same batch (0 expected) and training-style micro-batches of one row
-    assert _max_diff_recompute(pipe, traj, sde_type=sde_type) <= 1e-5
+    # same batch (0 expected) and training-style micro-batches of one row; the settings come from the trajectory
+    assert _max_diff_recompute(pipe, traj) <= 1e-5
     assert _max_diff_recompute(pipe, traj, micro_batch=1, sde_type=sde_type) <= 1e-5
 
 
@@ -78,7 +83,7 @@ def test_cps_legacy_logprob_is_tempered(pipe, tiny_sampling_config):
     exact = pipe.generate_with_logprob(PROMPTS, cfg).trajectory
     legacy = pipe.generate_with_logprob(PROMPTS, cfg.evolve(cps_logprob="legacy")).trajectory
     torch.testing.assert_close(exact["latents"], legacy["latents"], rtol=0, atol=0)
-    assert _max_diff_recompute(pipe, legacy, sde_type="cps", cps_logprob="legacy") <= 1e-6
+    assert _max_diff_recompute(pipe, legacy) <= 1e-6  # "legacy" is read from the trajectory
     assert (legacy["log_probs"] - exact["log_probs"]).abs().max() > 1e-3
 
 
@@ -232,3 +237,29 @@ def test_score_step_refuses_deterministic_steps_and_mixed_noise_levels(tiny_qwen
     noisy = pipe.generate_with_logprob(PROMPTS, cfg.evolve(noise_level=0.7)).trajectory
     with pytest.raises(ValueError, match=r"trajectory\['noise_level'\]: rows differ"):
         pipe.adapter.score_step(pipe.transformer, pipe.sde_scheduler, torch.cat([ode, noisy]), 0)
+
+
+def test_score_step_reads_sampler_settings_from_the_trajectory(tiny_qwen_image_pipe, tiny_sampling_config):
+    pipe = tiny_qwen_image_pipe
+    cfg = tiny_sampling_config.evolve(seed=4, n=1, sde_type="cps", sde_window_size=1, sde_window_range=[0, 3])
+    cps = pipe.generate_with_logprob(PROMPTS, cfg).trajectory
+    sched = pipe.sde_scheduler
+    with torch.no_grad():
+        default = pipe.adapter.score_step(pipe.transformer, sched, cps, 0)
+        torch.testing.assert_close(default.log_prob, cps["log_probs"][:, 0], rtol=0, atol=0)
+        # an explicit value that agrees with the stored one is accepted
+        pipe.adapter.score_step(pipe.transformer, sched, cps, 0, sde_type="cps", noise_level=0.7)
+    for field, value, stored in [
+        ("sde_type", "sde", "'cps'"),
+        ("cps_logprob", "legacy", "'exact'"),
+        ("noise_level", 0.5, r"0\.69999"),
+        ("guidance_scale", 4.0, r"1\.0"),
+    ]:
+        pattern = rf"{field}: the caller passed {value!r} but the trajectory was sampled with {stored}"
+        with pytest.raises(ValueError, match=pattern):
+            pipe.adapter.score_step(pipe.transformer, sched, cps, 0, **{field: value})
+    with pytest.raises(KeyError, match=r"trajectory\['sde_type'\]: missing"):
+        pipe.adapter.score_step(pipe.transformer, sched, cps.exclude("sde_type"), 0)
+    sde = pipe.generate_with_logprob(PROMPTS, cfg.evolve(sde_type="sde")).trajectory
+    with pytest.raises(ValueError, match=r"trajectory\['sde_type'\]: rows differ \(\[1, 1, 0, 0\]\)"):
+        pipe.adapter.score_step(pipe.transformer, sched, torch.cat([cps, sde]), 0)

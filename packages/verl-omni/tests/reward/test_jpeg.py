@@ -1,4 +1,4 @@
-"""jpeg_compressibility reproduces E9 (flowgrpo_math.md §6)."""
+"""jpeg_compressibility reproduces E9 of docs/omni/math.md (definition in its §8)."""
 
 import numpy as np
 import PIL

@@ -1,4 +1,7 @@
-"""FlowMatchSDEDiscreteScheduler: worked numbers E1-E4, E8 and properties T1-T5, T8, T9, T11-T13."""
+"""FlowMatchSDEDiscreteScheduler: worked numbers E1-E4, E8 and properties T1-T5, T8, T9, T11-T13.
+
+Every constant is an example or property of docs/omni/math.md (formulas in its §1-§5).
+"""
 
 import math
 
@@ -274,7 +277,7 @@ def test_sd3_per_step_stds_e4():
         assert sd.item() == pytest.approx(sd_want, abs=2e-6)
         assert s.item() == pytest.approx(s_want, abs=2e-6)
         assert s_cps.item() == pytest.approx(cps_want, abs=2e-6)
-        # legacy cps temperature 2s^2 (§1.5): 1.668 at step 0, 1.4e-4 at step 8
+        # legacy cps temperature 2s^2 (docs/omni/math.md §4): 1.668 at step 0, 1.4e-4 at step 8
         if i == 0:
             assert 2 * s_cps.item() ** 2 == pytest.approx(1.668, abs=1e-3)
         if i == 8:

@@ -37,6 +37,10 @@ class Doc:
     full_dump = False
     #: the document shows evidence of being written for the old verl schema
     legacy = False
+    #: a root config that composes the config groups itself (its own defaults list), not layered on the target's
+    is_root = False
+    #: the Hydra package of a config-group file ("" for a root, a partial config or overrides)
+    package = ""
 
     def __init__(self, report: FileReport):
         """Attach the report every rule writes to."""
@@ -75,6 +79,18 @@ class Doc:
 
     def line(self, path: str) -> int | None:
         """Return the 1-based line of `path` in the input, if known."""
+        return None
+
+    def searchpath(self) -> list[tuple[str, int | None]]:
+        """Return the entries of `hydra.searchpath` the document sets, with their lines."""
+        return []
+
+    def owns(self, path: str) -> bool:
+        """Return whether `path` lies in this document (a config-group file holds only its package)."""
+        return True
+
+    def via(self, path: str) -> str | None:
+        """Return where the value of `path` really comes from (a launch script's variable), if elsewhere."""
         return None
 
     def deletions(self) -> list[str]:

@@ -112,6 +112,8 @@ def normalize(value: Any) -> Any:
     """Return `value` as plain Python data (ruamel containers and scalar subclasses unwrapped)."""
     if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, int) and any(c.__name__ == "ScalarBoolean" for c in type(value).__mro__):
+        return bool(value)  # a boolean that keeps its spelling (`True`) or anchor
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):

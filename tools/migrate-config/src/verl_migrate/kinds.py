@@ -31,8 +31,11 @@ class RenameKey(Rule):
 
     old: str = ""
     new: str = ""
-    creates: tuple[tuple[str, str], ...] = ()
+    creates: tuple[str, ...] = ()
     null_unset: bool = False
+    #: the target keeps `old` as an alias of `new` (its default in the target's tree): a root config or a dump
+    #: keeps the key, with that alias as its value, where it was
+    alias: bool = False
 
     kind: ClassVar[str] = "rename-key"
 
@@ -42,8 +45,34 @@ class RenameKey(Rule):
         return PHASE_LEGACY if self.null_unset else PHASE_MOVE
 
     def apply(self, doc: Doc) -> None:
-        """Move `old` to `new` (conflicts raise, equal duplicates merge)."""
+        """Move `old` to `new` (conflicts raise, equal duplicates merge); keep `old` as the target's alias."""
+        if self.alias and doc.kind == "yaml" and (doc.is_root or doc.full_dump) and self._keep_alias(doc):
+            return
         self.move_path(doc, self.old, self.new, null_unset=self.null_unset, creates=self.creates)
+
+    def _keep_alias(self, doc: Doc) -> bool:
+        """Copy the value of `old` to `new` and make `old` the target's alias; return False if `old` is absent."""
+        alias = head_defaults().get(self.old)
+        if alias is None or not doc.has(self.old) or doc.is_map(self.old):
+            return False
+        if same_value(doc.get(self.old), alias):
+            return True  # already the alias
+        old_text = text_of(doc, self.old)
+        if not doc.has(self.new):
+            doc.set(self.new, doc.get(self.old))
+            self.change(doc, "move", self.old, new_path=self.new, old=old_text, new=old_text, line=doc.line(self.old))
+        elif not same_value(doc.get(self.new), doc.get(self.old)):
+            self.move_path(doc, self.old, self.new)  # raises the usual conflict error
+        doc.set(self.old, alias)
+        self.change(
+            doc,
+            "alias",
+            self.old,
+            old=old_text,
+            new=alias,
+            note=f"verl-omni keeps `{self.old}` as an alias of `{self.new}`",
+        )
+        return True
 
     def path_map(self) -> list[tuple[str, str]]:
         """Return `[(old, new)]`."""
@@ -51,7 +80,8 @@ class RenameKey(Rule):
 
     def describe(self) -> str:
         """Return "`old` → `new`"."""
-        return f"`{self.old}` → `{self.new}`"
+        alias = f"; a root config keeps `{self.old}: {head_defaults().get(self.old)}`" if self.alias else ""
+        return f"`{self.old}` → `{self.new}`{alias}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -76,7 +106,7 @@ class SplitDict(Rule):
     routes: tuple[tuple[str, str], ...] = ()
     ignored: tuple[str, ...] = ()
     ignored_note: str = ""
-    creates: tuple[tuple[str, str], ...] = ()
+    creates: tuple[str, ...] = ()
 
     kind: ClassVar[str] = "split-dict"
 
@@ -148,6 +178,8 @@ class RenameValue(Rule):
             doc.set(path, self.new)
             self.change(doc, "rename-value", path, old=old, new=self.new)
             for key, value in self.also_set:
+                if not doc.owns(key):
+                    continue
                 if doc.has(key):
                     if not same_value(doc.get(key), value):
                         prev = text_of(doc, key)
@@ -168,9 +200,26 @@ class RenameValue(Rule):
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class ReplaceTarget(RenameValue):
-    """The `_target_` class of a config node moved (e.g. `verl.workers.config.*` → `verl_omni.workers.config.*`)."""
+    """The `_target_` class of a config node moved (e.g. `verl.workers.config.*` → `verl_omni.workers.config.*`).
+
+    An empty `new` means the target's config names no class for the node: the old `_target_` is dropped.
+    """
 
     kind: ClassVar[str] = "replace-target"
+
+    def apply(self, doc: Doc) -> None:
+        """Rename the class, or drop the key when the target names none."""
+        if self.new:
+            super().apply(doc)
+            return
+        for path in self._targets(doc):
+            if not doc.is_map(path) and any(same_value(doc.get(path), o) for o in self.old):
+                self.change(doc, "drop", path, old=text_of(doc, path), note="verl-omni's config names no class here")
+                doc.delete(path)
+
+    def describe(self) -> str:
+        """Return "`path`: `old` → `new`" (or "dropped")."""
+        return super().describe() if self.new else f"`{self.path}`: {' / '.join(f'`{o}`' for o in self.old)} dropped"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -237,7 +286,9 @@ class Flag(Rule):
             "equals": present and any(same_value(doc.get(self.path), v) for v in self.values),
         }[self.condition]
         if hit:
-            doc.pending.append((self.path, self.message, self.id, doc.line(self.path)))
+            via = doc.via(self.path) if present else None
+            message = f"{self.message} (value from {via})" if via else self.message
+            doc.pending.append((self.path, message, self.id, doc.line(self.path)))
 
     def describe(self) -> str:
         """Return the condition."""
@@ -265,7 +316,7 @@ class SetExplicitDefault(Rule):
 
     def apply(self, doc: Doc) -> None:
         """Write the old default explicitly and report the semantic change."""
-        if doc.has(self.path) or any(doc.has(a) for a in self.aliases):
+        if doc.has(self.path) or any(doc.has(a) for a in self.aliases) or not doc.owns(self.path):
             return
         if self.requires is not None and (not doc.has(self.requires) or normalize(doc.get(self.requires)) is None):
             return
@@ -309,7 +360,9 @@ class RewriteDefaultsEntry(Rule):
     phase: ClassVar[int] = PHASE_DEFAULTS
 
     def apply(self, doc: Doc) -> None:
-        """Rewrite or drop every matching defaults entry / group override."""
+        """Rewrite or drop every matching defaults entry / group override (not a config-group file's own list)."""
+        if doc.package:
+            return
         while True:
             match = [e for e in doc.group_entries() if e.group == self.group]
             if not match:
@@ -359,10 +412,10 @@ class FixPlusPrefix(Rule):
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class ReplaceEntryPoint(Rule):
-    """Launch scripts: `python3 -m <old module>` becomes the `command` console script."""
+    """Launch scripts: `python3 -m <old module>` runs `module` instead (only the module name is rewritten)."""
 
     modules: tuple[str, ...] = ()
-    command: str = ""
+    module: str = ""
 
     kind: ClassVar[str] = "entry-point"
     phase: ClassVar[int] = PHASE_DEFAULTS
@@ -373,4 +426,4 @@ class ReplaceEntryPoint(Rule):
 
     def describe(self) -> str:
         """Return the command mapping."""
-        return " / ".join(f"`python3 -m {m}`" for m in self.modules) + f" → `{self.command}`"
+        return " / ".join(f"`python3 -m {m}`" for m in self.modules) + f" → `python3 -m {self.module}`"

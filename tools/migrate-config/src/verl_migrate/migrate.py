@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from verl_migrate import engine, yaml_io
+from verl_migrate import engine, target, yaml_io
 from verl_migrate.errors import NotAMappingError
+from verl_migrate.groupfile import resolve_package
 from verl_migrate.overridedoc import OverrideDoc
 from verl_migrate.report import FileReport
 
@@ -34,11 +35,12 @@ def migrate_yaml_text(
 ) -> tuple[str, FileReport]:
     """Migrate one YAML document; return the new text (the input itself when nothing changes) and the report.
 
-    `package` (or a `# @package <path>` header) marks a config-group file whose keys live below that path.
+    `package` (or a `# @package <path>` header, or the file's folder: `.../model/x.yaml`) marks a config-group file
+    whose keys live below that path.
 
     Raises:
-        MigrationError: invalid YAML, duplicate keys, conflicting keys (`ConflictError`), or a top level that is not
-            a mapping (`NotAMappingError`).
+        MigrationError: invalid YAML, duplicate keys, conflicting keys (`ConflictError`), a top level that is not
+            a mapping (`NotAMappingError`), or a config-group file whose package is unknown.
     """
     from verl_migrate.yamldoc import YamlDoc
 
@@ -54,28 +56,19 @@ def migrate_yaml_text(
             path=path,
             line=1,
         )
-    if package is None:
-        package = package_header(text)
-    doc = YamlDoc(data, report, package=package or "")
+    package, how = resolve_package(text, path, data, package)
+    if package and how != "--package":
+        group = target.group_of_package(package)
+        where = f"; verl-omni's group for it is `{group}`" if group else ""
+        report.find("note", package, f"config-group file for `{package}` (from {how}){where}")
+    doc = YamlDoc(data, report, package=package)
     doc.indent = yaml_io.guess_style(text)["mapping"]
     engine.run(doc, engine.select_rules("yaml", only, skip))
     if not report.changes:
         return text, report
-    new = yaml_io.dump(doc.packaged_root(), text)
+    new = yaml_io.restore_spelling(text, yaml_io.dump(doc.packaged_root(), text))
     report.changed = new != text
     return (new if report.changed else text), report
-
-
-def package_header(text: str) -> str | None:
-    """Return the package of a `# @package a.b` header (Hydra's `_global_` / `_group_` give None)."""
-    for line in text.splitlines()[:20]:
-        stripped = line.strip()
-        if stripped.startswith("# @package "):
-            pkg = stripped[len("# @package ") :].strip()
-            return None if pkg.startswith("_") else pkg
-        if stripped and not stripped.startswith("#"):
-            break
-    return None
 
 
 def translate_overrides(

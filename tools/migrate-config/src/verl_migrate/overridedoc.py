@@ -25,6 +25,8 @@ class Override:
     index: int | None = None
     line: int | None = None
     deleted: bool = False
+    #: the script variable the value is (`$NAME` / `${NAME}`), if any
+    var: str | None = None
 
     def __post_init__(self) -> None:
         """Remember the original spelling so edits can be detected."""
@@ -80,11 +82,40 @@ class OverrideDoc(Doc):
     kind = "overrides"
     root_based = True
 
-    def __init__(self, words: list[str], report: FileReport, *, legacy: bool = True):
-        """Parse `words`; `legacy` says the command came from the old entry point."""
+    def __init__(
+        self, words: list[str], report: FileReport, *, legacy: bool = True, variables: dict[str, Any] | None = None
+    ):
+        """Parse `words`; `legacy` says the command came from the old entry point.
+
+        `variables` are the script's simple assignments (`verl_migrate.shellvars.Assignment` by name): a value that
+        is exactly `$NAME` is read as the variable's literal, and a rule that rewrites it edits the assignment when
+        the variable is used only there (`var_edits`).
+        """
         super().__init__(report)
         self.entries = [parse_override(w, i) for i, w in enumerate(words)]
         self.legacy = legacy
+        self.variables = variables or {}
+        #: assignments to rewrite: name -> new literal
+        self.var_edits: dict[str, str] = {}
+        for e in self.entries:
+            if e.value is not None:
+                from verl_migrate.shellvars import reference
+
+                name = reference(e.value)
+                if name in self.variables and self.variables[name].value is not None:
+                    e.var = name
+
+    def _value(self, e: Override) -> str | None:
+        """Return what the override sets: its text, or the literal of the variable it names."""
+        return self.variables[e.var].value if e.var else e.value
+
+    def via(self, path: str) -> str | None:
+        """Return "`$NAME` (line N)" when the value of `path` comes from a script variable."""
+        found = [e for e in self._under(path) if e.key == path]
+        if not found or not found[-1].var:
+            return None
+        a = self.variables[found[-1].var]
+        return f"`${a.name}` (set on line {a.line})"
 
     def _under(self, path: str, *, live: bool = True) -> list[Override]:
         dotted = path + "."
@@ -108,7 +139,7 @@ class OverrideDoc(Doc):
     def get(self, path: str) -> Any:
         """Return the value text of the last override of `path` (None when absent)."""
         found = [e for e in self._under(path) if e.key == path]
-        return found[-1].value if found else None
+        return self._value(found[-1]) if found else None
 
     def children(self, path: str) -> list[str]:
         """Return the distinct next key segments below `path`."""
@@ -134,6 +165,15 @@ class OverrideDoc(Doc):
         """Return the script line of the override of `path`, if it came from a script."""
         found = [e for e in self._under(path, live=False) if e.key == path]
         return found[0].line if found else None
+
+    def searchpath(self) -> list[tuple[str, int | None]]:
+        """Return the entries of `hydra.searchpath=[...]` overrides, with their lines."""
+        out = []
+        for e in self.entries:
+            if e.key == "hydra.searchpath" and e.value is not None and not e.deleted:
+                items = e.value.strip().removeprefix("[").removesuffix("]")
+                out.extend((i.strip().strip("'\""), e.line) for i in items.split(",") if i.strip())
+        return out
 
     def deletions(self) -> list[str]:
         """Return the keys of the live `~key` overrides."""
@@ -164,7 +204,15 @@ class OverrideDoc(Doc):
         text = value if isinstance(value, str) else to_text(value).replace(" ", "")
         found = [e for e in self._under(path) if e.key == path]
         if found:
-            found[-1].value = text
+            e = found[-1]
+            if e.var:
+                a = self.variables[e.var]
+                if a.span is not None and a.uses == 1:
+                    self.var_edits[a.name] = text  # the variable is used only here: rewrite its assignment
+                    a.value = text
+                    return
+                e.var = None
+            e.value = text
             return
         self.entries.append(Override(raw="", prefix=plus_prefix(path, ""), key=path, value=text))
         self.entries[-1].orig = ("", None, None)

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 #: Finding categories, in the order the text report prints them.
-CATEGORIES = ("semantic", "unknown", "obsolete", "not-implemented", "warning")
+CATEGORIES = ("semantic", "unknown", "obsolete", "not-implemented", "warning", "note")
 
 
 @dataclasses.dataclass

@@ -102,10 +102,11 @@ class Runner:
 
             n = sum(validate.validate_overrides(words, report) for words in commands(new, report.path))
         else:
-            from verl_migrate.migrate import package_header
+            from verl_migrate.groupfile import resolve_package
 
-            package = self.args.package or package_header(new)
-            n = validate.validate_yaml(yaml_io.load(new, report.path), report, package=package)
+            data = yaml_io.load(new, report.path)
+            package, _ = resolve_package(new, report.path, data, self.args.package)
+            n = validate.validate_yaml(data, report, package=package, text=new)
         for f in report.findings:
             if f.category == "error":
                 print(f"{report.path}: validate: {f.path}: {f.message}", file=sys.stderr)

@@ -138,7 +138,13 @@ def _line_span(text: str, pos: int) -> tuple[int, int]:
 
 
 def migrate_script_text(text: str, path: str, rules_only=None, rules_skip=None) -> tuple[str, FileReport]:
-    """Rewrite every old-entry-point command of a launch script; return the new text and the report."""
+    """Rewrite every old-entry-point command of a launch script; return the new text and the report.
+
+    Values reached through simple `NAME=value` assignments of the script are seen by the rules; a rewritten value
+    edits its assignment when the variable is used once, otherwise the override gets the literal.
+    """
+    from verl_migrate.shellvars import assignments
+
     report = FileReport(path, kind="script")
     entry_rules = engine.select_rules("script", rules_only, rules_skip)
     rules = engine.select_rules("overrides", rules_only, rules_skip)
@@ -151,21 +157,35 @@ def migrate_script_text(text: str, path: str, rules_only=None, rules_skip=None) 
         rule = modules[m.group("mod")]
         line = text.count("\n", 0, m.start()) + 1
         if rule in entry_rules:
-            edits.append((m.start(), m.end(), rule.command))
-            report.add(Change(rule.id, "entry-point", f"python3 -m {m.group('mod')}", new=rule.command, line=line))
+            edits.append((m.start("mod"), m.end("mod"), rule.module))
+            report.add(
+                Change(
+                    rule.id, "entry-point", f"python3 -m {m.group('mod')}", new=f"python3 -m {rule.module}", line=line
+                )
+            )
         words = scan_words(text, m.end(), path)
-        doc = OverrideDoc([_decode(w) for w in words], report, legacy=True)
+        variables = assignments(text, path, ls)
+        doc = OverrideDoc([_decode(w) for w in words], report, legacy=True, variables=variables)
         for e, w in zip(doc.entries, words):
             e.line = text.count("\n", 0, w.start) + 1
         engine.run(doc, rules)
         edits.extend(_word_edits(text, m.start(), words, doc))
+        for name, value in doc.var_edits.items():
+            a = variables[name]
+            assert a.span is not None
+            edits.append((a.span[0], a.span[1], _shell_literal(value)))
     if not edits:
         return text, report
     out = text
-    for start, end, new in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True):
+    for start, end, new in sorted(set(edits), key=lambda x: (x[0], x[1]), reverse=True):
         out = out[:start] + new + out[end:]
     report.changed = out != text
     return out, report
+
+
+def _shell_literal(value: str) -> str:
+    """Return `value` as shell text for an assignment (quoted only when it needs it)."""
+    return value if re.fullmatch(r"[\w./:@%+,-]*", value) else shlex.quote(value)
 
 
 def _word_edits(text: str, entry_start: int, words: list[Word], doc: OverrideDoc) -> list[tuple[int, int, str]]:
@@ -226,12 +246,15 @@ _NEW_ENTRY = re.compile(r"(?<![\w./-])verl-omni-train(?![\w.-])")
 
 
 def commands(text: str, path: str) -> list[list[str]]:
-    """Return the decoded argument words of every `verl-omni-train` or old-entry-point command in `text`."""
+    """Return the decoded argument words of every trainer command in `text` (old or new entry point)."""
+    from verl_migrate.target import ENTRY_MODULE
+
+    known = {ENTRY_MODULE} | {m for r in engine.select_rules("script") for m in getattr(r, "modules", ())}
     out = []
     for rx in (_NEW_ENTRY, _ENTRY):
         for m in rx.finditer(text):
             ls = text.rfind("\n", 0, m.start()) + 1
-            if "#" in text[ls : m.start()]:
+            if "#" in text[ls : m.start()] or (rx is _ENTRY and m.group("mod") not in known):
                 continue
             out.append([_decode(w) for w in scan_words(text, m.end(), path)])
     return out

@@ -3,75 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from verl_migrate.comments import Gaps, reindent
 from verl_migrate.doc import Doc, GroupEntry
 from verl_migrate.errors import MigrationError
 from verl_migrate.keys import is_old_key
 from verl_migrate.report import FileReport
+from verl_migrate.target import CONFIG_NAME
 
 _OLD_TARGET_PREFIX = ("verl.workers.config.", "verl.trainer.config.Diffusion")
 
 
 def _split(path: str) -> list[str]:
     return path.split(".") if path else []
-
-
-def _slot(container: Any) -> int:
-    return 0 if isinstance(container, CommentedSeq) else 2
-
-
-def _last_leaf(container: Any, key: Any) -> tuple[Any, Any]:
-    """Return the container/key whose end-of-line comment closes the value at `container[key]`."""
-    value = container[key]
-    while isinstance(value, (CommentedMap, CommentedSeq)) and len(value):
-        container, key = value, (list(value.keys())[-1] if isinstance(value, CommentedMap) else len(value) - 1)
-        value = container[key]
-    return container, key
-
-
-def _token(container: Any, key: Any) -> Any:
-    entry = container.ca.items.get(key)
-    if not entry:
-        return None
-    slot = _slot(container)
-    return entry[slot] if len(entry) > slot else None
-
-
-def _own_token(container: Any, key: Any) -> Any:
-    """Return the end-of-line comment token of `container[key]` as a private copy (None if absent or borrowed).
-
-    ruamel shares one token object between an anchored value and its aliases; a token that does not sit on the
-    key's own line belongs to the anchor and is left alone.
-    """
-    tok = _token(container, key)
-    if tok is None:
-        return None
-    try:
-        own_line = container.lc.key(key)[0] if isinstance(container, CommentedMap) else container.lc.item(key)[0]
-        if tok.value.lstrip(" ").startswith("#") and tok.start_mark.line != own_line:
-            container.ca.items.pop(key, None)
-            return None
-    except (AttributeError, KeyError, TypeError, IndexError):
-        pass
-    new = type(tok)(tok.value, copy.copy(tok.start_mark), None)
-    container.ca.items[key][_slot(container)] = new
-    return new
-
-
-def _append_comment(container: Any, key: Any, text: str, like: Any) -> None:
-    """Append comment lines `text` after the value at `container[key]`."""
-    tok = _own_token(container, key)
-    if tok is not None:
-        tok.value = tok.value + text
-        return
-    new = type(like)("\n" + text, copy.copy(like.start_mark), None)
-    entry = container.ca.items.setdefault(key, [None, None, None, None])
-    entry[_slot(container)] = new
 
 
 class YamlDoc(Doc):
@@ -90,7 +38,9 @@ class YamlDoc(Doc):
         super().__init__(report)
         self.package = package
         self.skip_paths = {f"{package}.defaults"} if package else {"defaults", "hydra"}
+        head = root.ca.comment[1] if package and root.ca.comment else None
         if package:
+            root.ca.comment = None
             outer = CommentedMap()
             node = outer
             *parents, last = package.split(".")
@@ -100,16 +50,27 @@ class YamlDoc(Doc):
             node[last] = root
             root = outer
         self.root = root
+        self.gaps = Gaps(root)
+        if head:
+            from verl_migrate.comments import tokens_to_lines
+
+            self.gaps.set_gap(self._node(package), 0, tokens_to_lines(head))
+        self.gaps.set_top(self._node(package) if package else root)
+        top = self.gaps.top
+        gaps = [self.gaps.gap(top, i) for i in range(1, len(top))]
+        #: the lines a new top-level section gets above it: a blank line when the file separates its sections so
+        self._section_gap = [""] if gaps and all(g[:1] == [""] for g in gaps) else []
         self._shared = _shared_containers(root)
         self._created: dict[str, str] = {}
-        self._pending_trailing: list[tuple[Any, str]] = []
-        self.full_dump = any(
+        self.full_dump = not package and any(
             self.has(p) for p in ("actor_rollout_ref.rollout._target_", "actor_rollout_ref.actor._target_")
         )
         entries = self.group_entries()
-        on_trainer = any(e.group.lstrip("/") == "diffusion_trainer" for e in entries)
-        self.root_based = self.full_dump or on_trainer
-        self.legacy = self._looks_legacy(entries)
+        on_trainer = any(e.group.lstrip("/") == CONFIG_NAME for e in entries)
+        #: a root config: it composes the config groups itself (a defaults list with `group@package` entries)
+        self.is_root = not package and not on_trainer and not self.full_dump and any(e.package for e in entries)
+        self.root_based = self.full_dump or on_trainer or self.is_root
+        self.legacy = self._looks_legacy([] if package else entries)
 
     def _looks_legacy(self, entries: list[GroupEntry]) -> bool:
         from verl_migrate.keys import is_head_key
@@ -193,14 +154,7 @@ class YamlDoc(Doc):
         except (KeyError, TypeError, AttributeError):
             return None
 
-    # -- comments ---------------------------------------------------------------------------------------------
-    def _prev_leaf(self, parent: CommentedMap, key: str) -> tuple[Any, Any] | None:
-        keys = list(parent.keys())
-        i = keys.index(key)
-        if i > 0:
-            return _last_leaf(parent, keys[i - 1])
-        return None
-
+    # -- editing helpers -------------------------------------------------------------------------------------
     def _check_own(self, parent: CommentedMap, key: str) -> None:
         if id(parent) in self._shared:
             anchor = parent.anchor.value if getattr(parent, "anchor", None) is not None else None
@@ -228,90 +182,40 @@ class YamlDoc(Doc):
         except (AttributeError, TypeError):
             return None
 
-    def _move_trailing(self, parent: CommentedMap, new_key: str) -> None:
-        """Give the comment/blank lines that ended `parent` to the key just appended at its end."""
-        keys = list(parent.keys())
-        if len(keys) < 2 or keys[-1] != new_key:
-            return
-        holder, hkey = _last_leaf(parent, keys[-2])
-        tok = _own_token(holder, hkey)
-        if tok is None:
-            return
-        first, _, rest = tok.value.partition("\n")
-        if not rest:
-            return
-        tok.value = first + "\n"
-        if not first.strip():
-            holder.ca.items.pop(hkey, None)
-        nholder, nkey = _last_leaf(parent, new_key)
-        _append_comment(nholder, nkey, rest, tok)
+    def column(self, path: str) -> int:
+        """Return the column a key at `path` is written at (the file's indentation times its depth)."""
+        depth = len(_split(path)) - 1 - len(_split(self.package))
+        return max(0, depth) * self.indent
 
-    def _prepend_comment(self, parent: CommentedMap, text: str, like: Any) -> None:
-        """Keep comment lines that followed a removed first key as comment lines before the mapping's keys."""
-        lines = [ln for ln in text.split("\n") if ln.strip()]
-        if not lines:
-            return
-        if parent.ca.comment is None:
-            parent.ca.comment = [None, []]
-        while len(parent.ca.comment) < 2:
-            parent.ca.comment.append([])
-        if parent.ca.comment[1] is None:
-            parent.ca.comment[1] = []
-        for ln in lines:
-            mark = copy.copy(like.start_mark)
-            mark.column = len(ln) - len(ln.lstrip(" "))
-            parent.ca.comment[1].append(type(like)(ln.lstrip(" ") + "\n", mark, None))
-
-    def _flush_trailing(self) -> None:
-        for node, key in reversed(self._pending_trailing):
-            self._move_trailing(node, key)
-        self._pending_trailing = []
-
-    def _pop(self, parent: CommentedMap, key: str) -> tuple[Any, Any]:
-        """Remove `parent[key]`; return its value and end-of-line comment token; keep following comment lines."""
+    def _pop(self, parent: CommentedMap, key: str) -> tuple[Any, Any, list[str], list[str]]:
+        """Remove `parent[key]`; return its value, comment entry, and the separator and comment lines above it."""
         self._check_own(parent, key)
-        holder, hkey = _last_leaf(parent, key)
-        tok = _own_token(holder, hkey)
-        keep = None
-        if tok is not None:
-            first, _, rest = tok.value.partition("\n")
-            if rest:
-                prev = self._prev_leaf(parent, key)
-                if prev is not None:
-                    _append_comment(prev[0], prev[1], rest, tok)
-                else:
-                    self._prepend_comment(parent, rest, tok)
-            if holder is parent:
-                keep = tok if first.strip() else None
-                if keep is not None:
-                    keep.value = first + "\n"
-            else:
-                tok.value = first + "\n" if first.strip() else ""
-        parent.ca.items.pop(key, None)
-        value = parent[key]
-        del parent[key]
-        return value, keep
+        return self.gaps.remove(parent, key)
+
+    def _top_emptied(self, path: str) -> str:
+        """Return the highest ancestor of `path` (or `path`) that holds nothing else, below the file's top level."""
+        parts = _split(path)
+        floor = len(_split(self.package)) + 1
+        while len(parts) > floor:
+            parent = self._node(".".join(parts[:-1]))
+            if not (isinstance(parent, dict) and len(parent) == 1):
+                break
+            parts = parts[:-1]
+        return ".".join(parts)
 
     # -- writing ----------------------------------------------------------------------------------------------
     def delete(self, path: str) -> None:
-        """Remove `path` and every mapping that becomes empty because of it."""
-        loc = self._locate(path)
-        if loc is None:
+        """Remove `path` and every mapping that becomes empty because of it (their comments go with them)."""
+        if self._locate(path) is None:
             return
+        loc = self._locate(self._top_emptied(path))
+        assert loc is not None
         self._pop(loc[0], loc[1])
-        parts = _split(path)[:-1]
-        while parts:
-            node = self._node(".".join(parts))
-            if isinstance(node, dict) and not node:
-                ploc = self._locate(".".join(parts))
-                assert ploc is not None
-                self._pop(ploc[0], ploc[1])
-                parts = parts[:-1]
-            else:
-                break
 
-    def _ensure_map(self, parts: list[str], anchor: list[str] | None, anchor_pos: dict[str, int]) -> CommentedMap:
-        """Return the mapping at `parts`, creating missing ones next to where `anchor` was."""
+    def _ensure_map(
+        self, parts: list[str], anchor: list[str] | None, anchor_pos: dict[str, int], lines: list[str]
+    ) -> CommentedMap:
+        """Return the mapping at `parts`, creating missing ones (with `lines` above them) next to where `anchor` was."""
         node: Any = self.root
         for i, part in enumerate(parts):
             if part not in node:
@@ -326,9 +230,10 @@ class YamlDoc(Doc):
                     else:
                         pos = min(anchor_pos.get(slot, pos), len(node))
                     self._created[slot] = part
-                node.insert(pos, part, CommentedMap())
-                if pos == len(node) - 1:
-                    self._pending_trailing.append((node, part))
+                above = reindent(lines, self.column(".".join(parts[: i + 1])))
+                if node is self.gaps.top and pos == len(node) and not above:
+                    above = list(self._section_gap)
+                self.gaps.insert(node, pos, part, CommentedMap(), None, above)
             if node[part] is None:  # `key:` with no value is an empty mapping for our purpose
                 node[part] = CommentedMap()
             node = node[part]
@@ -343,7 +248,7 @@ class YamlDoc(Doc):
         return node
 
     def move(self, src: str, dst: str) -> None:
-        """Move `src` to the absent `dst`; new mappings are created where `src` was."""
+        """Move `src` to the absent `dst` with the comment lines above it; new mappings are created where `src` was."""
         loc = self._locate(src)
         if loc is None:
             return
@@ -353,9 +258,11 @@ class YamlDoc(Doc):
             ploc = self._locate(".".join(s_parts[:i]))
             assert ploc is not None
             anchor_pos[".".join(s_parts[:i])] = list(ploc[0].keys()).index(ploc[1])
-        value, tok = self._pop(*loc)
+        tok = loc[0].ca.items.get(loc[1], [None, None, None])[2] if isinstance(loc[0], CommentedMap) else None
+        own_eol = tok is not None and not self.gaps.borrowed(loc[0], loc[1], tok)
+        value, entry, sep, lead = self._pop(*loc)
         parts = s_parts[:-1]
-        while parts and parts != d_parts[: len(parts)]:
+        while parts and parts != d_parts[: len(parts)] and len(parts) > len(_split(self.package)):
             node = self._node(".".join(parts))
             if not (isinstance(node, dict) and not node):
                 break
@@ -363,17 +270,16 @@ class YamlDoc(Doc):
             assert ploc is not None
             self._pop(*ploc)
             parts = parts[:-1]
-        target = self._ensure_map(d_parts[:-1], s_parts, anchor_pos)
+        target = self._ensure_map(d_parts[:-1], s_parts, anchor_pos, sep)
         pos = min(anchor_pos[src], len(target)) if d_parts[:-1] == s_parts[:-1] else len(target)
-        target.insert(pos, d_parts[-1], value)
-        if pos == len(target) - 1:
-            self._move_trailing(target, d_parts[-1])
-        self._flush_trailing()
-        if tok is not None:
-            shift = (len(d_parts) - len(s_parts)) * self.indent + len(d_parts[-1]) - len(s_parts[-1])
+        delta = self.column(dst) - self.column(src)
+        self.gaps.shift_subtree(value, delta)
+        if own_eol and entry is not None and len(entry) > 2 and entry[2] is not None:
             with contextlib.suppress(AttributeError, TypeError):
-                tok.column = max(0, tok.column + shift)
-            target.ca.items[d_parts[-1]] = [None, None, tok, None]
+                entry[2].start_mark.column = max(
+                    0, entry[2].start_mark.column + delta + len(d_parts[-1]) - len(s_parts[-1])
+                )
+        self.gaps.insert(target, pos, d_parts[-1], value, entry, reindent(sep + lead, self.column(dst)))
 
     def set(self, path: str, value: Any, first: bool = False) -> None:
         """Set `path` to `value` (Python data; lists in flow style); a new key goes last, or first if `first`."""
@@ -384,18 +290,16 @@ class YamlDoc(Doc):
         loc = self._locate(path)
         if loc is not None:
             parent, key = loc
-            tok = _own_token(parent, key) if not isinstance(parent[key], (dict, list)) else None
-            if tok is not None:
-                with contextlib.suppress(AttributeError, TypeError):
-                    tok.column = max(0, tok.column + len(str(value)) - len(str(parent[key])))
+            if not isinstance(parent[key], (dict, list)):
+                tok = self.gaps.own_token(parent, key)
+                if tok is not None:
+                    with contextlib.suppress(AttributeError, TypeError):
+                        tok.start_mark.column = max(0, tok.start_mark.column + len(str(value)) - len(str(parent[key])))
             parent[key] = value
             return
         parts = _split(path)
-        parent = self._ensure_map(parts[:-1], None, {})
-        parent.insert(0 if first else len(parent), parts[-1], value)
-        if not first:
-            self._move_trailing(parent, parts[-1])
-        self._flush_trailing()
+        parent = self._ensure_map(parts[:-1], None, {}, [])
+        self.gaps.insert(parent, 0 if first else len(parent), parts[-1], value, None, [])
 
     def strings(self) -> Iterator[tuple[str, str, Any]]:
         """Yield `(path, text, (container, key))` for every string scalar outside `defaults`."""
@@ -434,13 +338,55 @@ class YamlDoc(Doc):
                 "migrate the config that composes it instead",
                 path=self.report.path,
             )
-        return CommentedMap() if node is None else node
+        if node is None:
+            return CommentedMap()
+        from verl_migrate.comments import lines_to_tokens
+
+        head = self.gaps.gap(node, 0) if len(node) else []
+        node.ca.comment = [None, lines_to_tokens(head)] if head else None
+        return node
+
+    def searchpath(self) -> list[tuple[str, int | None]]:
+        """Return the entries of the file's `hydra.searchpath` list, with their lines."""
+        seq = self.get("hydra.searchpath") if not self.package else None
+        if not isinstance(seq, list):
+            return []
+        out = []
+        for i, item in enumerate(seq):
+            try:
+                line = seq.lc.item(i)[0] + 1
+            except (AttributeError, KeyError, TypeError, IndexError):
+                line = None
+            out.append((str(item), line))
+        return out
+
+    def owns(self, path: str) -> bool:
+        """Return whether `path` lies in this file (below the package of a config-group file)."""
+        return not self.package or path.startswith(self.package + ".")
+
+    def defaults_seq(self) -> Any:
+        """Return the file's own `defaults:` list (None if it has none)."""
+        node = self._node(self.package) if self.package else self.root
+        seq = node.get("defaults") if isinstance(node, dict) else None
+        return seq if isinstance(seq, list) else None
+
+    def insert_group(self, index: int, name: str, option: str | None) -> None:
+        """Insert the defaults entry `name: option` (or `name`) at `index`, spaced like the entry it goes before."""
+        seq = self.defaults_seq()
+        if seq is None:
+            return
+        item: Any = name
+        if option is not None:
+            item = CommentedMap()
+            item[name] = option
+        from verl_migrate.comments import split_lead
+
+        _, sep, _ = split_lead(self.gaps.gap(seq, min(index, len(seq))))
+        self.gaps.insert(seq, index, index, item, None, list(sep))
 
     def group_entries(self) -> list[GroupEntry]:
-        """Return the entries of the top-level `defaults:` list."""
-        if self.package:
-            return []
-        seq = self.root.get("defaults") if isinstance(self.root, dict) else None
+        """Return the entries of the file's `defaults:` list (a config-group file's own list is relative to it)."""
+        seq = self.defaults_seq()
         if not isinstance(seq, list):
             return []
         out = []
@@ -471,7 +417,7 @@ class YamlDoc(Doc):
             seq[i] = new
             return
         (old_name,) = list(item.keys())
-        tok = _own_token(item, old_name)
+        tok = self.gaps.own_token(item, old_name)
         item.ca.items.pop(old_name, None)
         del item[old_name]
         item[name] = option
@@ -483,7 +429,7 @@ class YamlDoc(Doc):
     def delete_group(self, entry: GroupEntry) -> None:
         """Remove a defaults entry (later handles are re-read by the caller)."""
         seq, i = entry.handle
-        del seq[i]
+        self.gaps.remove(seq, i)
 
 
 def _shared_containers(root: Any) -> set[int]:

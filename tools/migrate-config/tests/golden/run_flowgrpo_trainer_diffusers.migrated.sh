@@ -16,7 +16,7 @@ train_batch_size=$((mini_bsz * n_resp_per_prompt))
 
 python3 tests/special_e2e/create_dummy_diffusion_data.py --local_save_dir "$DATA_DIR" --train_size 8 --val_size 4
 
-verl-omni-train \
+python3 -m verl_omni.trainer.main_diffusion \
     actor_rollout_ref.model.algorithm=flow_grpo \
     data.train_files="${DATA_DIR}/train.parquet" \
     data.val_files="${DATA_DIR}/test.parquet" \

@@ -9,7 +9,7 @@ REWARD_ENGINE=vllm
 reward_path=examples/flowgrpo_trainer/reward_fn.py
 reward_model_name=$HOME/models/Qwen/Qwen3-VL-8B-Instruct
 
-verl-omni-train \
+python3 -m verl_omni.trainer.main_diffusion \
     actor_rollout_ref.model.algorithm=flow_grpo \
     data.train_files=$ocr_train_path \
     data.val_files=$ocr_test_path \

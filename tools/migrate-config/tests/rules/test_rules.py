@@ -46,7 +46,7 @@ def test_rule_rewrite(case: Case) -> None:
     out, report = _run(case, "before")
     assert out == _expected(case, "after")
     if case.finding:
-        assert any(f.rule_id == case.rule_id and f.category == "semantic" for f in report.findings)
+        assert any(f.rule_id == case.rule_id and f.category == case.finding for f in report.findings)
     else:
         assert {c.rule_id for c in report.changes} == {case.rule_id}
     again, report2 = _run(case, "after")

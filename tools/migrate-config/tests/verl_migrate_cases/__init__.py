@@ -10,14 +10,15 @@ import textwrap
 
 @dataclasses.dataclass
 class Case:
-    """One rule case: `fmt` is yaml, overrides (one override per line) or script; `finding` for flag rules."""
+    """One rule case: `fmt` is yaml, overrides (one override per line) or script; `finding`: the category a flag
+    rule reports ("semantic", "warning"), empty for rules that edit."""
 
     rule_id: str
     kind: str
     fmt: str
     before: str
     after: str
-    finding: bool = False
+    finding: str = ""
 
     def text(self, which: str) -> str:
         """Return the dedented before/after text."""
@@ -40,7 +41,12 @@ def noop(rule_id: str, before: str, fmt: str = "yaml") -> Case:
 
 def flagged(rule_id: str, before: str, fmt: str = "overrides") -> Case:
     """Declare a case where the flag rule `rule_id` reports a semantic change and edits nothing."""
-    return Case(rule_id, "rewrite", fmt, before, before, finding=True)
+    return Case(rule_id, "rewrite", fmt, before, before, finding="semantic")
+
+
+def warned(rule_id: str, before: str, fmt: str = "yaml") -> Case:
+    """Declare a case where `rule_id` adds a warning and edits nothing."""
+    return Case(rule_id, "rewrite", fmt, before, before, finding="warning")
 
 
 def all_cases() -> list[Case]:

@@ -2,7 +2,7 @@ from verl_migrate_cases import noop, rewrite
 
 CASES = [
     rewrite(
-        "entry-point-verl-omni-train",
+        "entry-point-main-diffusion",
         """
         #!/bin/bash
         HYDRA_FULL_ERROR=1 python3 -m verl.trainer.main_flowgrpo \\
@@ -10,17 +10,17 @@ CASES = [
         """,
         """
         #!/bin/bash
-        HYDRA_FULL_ERROR=1 verl-omni-train \\
+        HYDRA_FULL_ERROR=1 python3 -m verl_omni.trainer.main_diffusion \\
             trainer.nnodes=1 $@
         """,
         fmt="script",
     ),
     noop(
-        "entry-point-verl-omni-train",
+        "entry-point-main-diffusion",
         """
         #!/bin/bash
         # python3 -m verl.trainer.main_flowgrpo is the old way
-        verl-omni-train trainer.nnodes=1 "$@"
+        python3 -m verl_omni.trainer.main_diffusion trainer.nnodes=1 "$@"
         """,
         fmt="script",
     ),

@@ -1,4 +1,4 @@
-"""GRPO group advantages for FlowGRPO (docs/omni/training.md).
+"""GRPO group advantages for FlowGRPO (derived in docs/omni/math.md §6, example E5).
 
 One reward per trajectory; trajectories that share a prompt form a group. The advantage of sample `i` is
 

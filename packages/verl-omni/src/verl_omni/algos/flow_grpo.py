@@ -1,7 +1,7 @@
 """FlowGRPO loss: clipped surrogate, KL to the reference policy, and the consistency metrics.
 
-The formulas are in docs/omni/training.md. All log-probs here are the mean-reduced per-step Gaussian
-log-densities of the SDE sampler, one value per (sample, trained step). The engine calls the
+The formulas are derived in docs/omni/math.md (§5 KL, §7 loss). All log-probs here are the mean-reduced
+per-step Gaussian log-densities of the SDE sampler, one value per (sample, trained step). The engine calls the
 registered loss `"flow_grpo"` (`flow_grpo_loss`) once per micro-batch and trained step and scales the result so the
 optimizer sees the mean over steps and micro-batches.
 """

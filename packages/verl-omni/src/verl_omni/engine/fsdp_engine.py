@@ -27,8 +27,10 @@ from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
 
 __all__ = ["DiffusersFSDPEngine"]
 
+# the sampler settings a trajectory stores, read by the adapter's score_step
+_SAMPLER_SETTING_KEYS = ("noise_level", "guidance_scale", "sde_type", "cps_logprob")
 # the per-batch scalars (height, width, steps, ...) stay on the host (the adapter reads them as Python numbers)
-_HOST_KEYS = ("height", "width", "num_inference_steps", "noise_level", "guidance_scale", "prompt_index")
+_HOST_KEYS = ("height", "width", "num_inference_steps", "prompt_index", *_SAMPLER_SETTING_KEYS)
 # never needed on the device by the forward paths
 _SKIP_KEYS = ("images",)
 _UPDATE_ONLY_KEYS = ("old_log_probs", "advantages", "ref_prev_sample_mean", "ref_log_probs")
@@ -49,6 +51,10 @@ class DiffusersFSDPEngine:
     * Gradient checkpointing: `model.enable_gradient_checkpointing`.
     * Backend: gloo on the CPU, NCCL on CUDA; launched by `torchrun` or by Ray workers with the same env vars.
 
+    The sampler settings that change the transition density (`sde_type`, `cps_logprob`, `noise_level`, guidance,
+    the schedule) are read from each trajectory (see `DiffusionModelBase.score_step`); `sde_type` / `cps_logprob`
+    given here are only checked against the stored ones (a disagreement is a `ValueError` naming the field).
+
     Raises:
         LoRABindingError: the LoRA config binds no module.
         ValueError: CPU offload requested on a CPU device, or `fsdp_config.fsdp_size` not in {-1, world size}.
@@ -62,8 +68,8 @@ class DiffusersFSDPEngine:
         scheduler: Any,
         actor_config: DiffusionActorConfig,
         model_config: DiffusionModelConfig,
-        sde_type: str = "sde",
-        cps_logprob: str = "exact",
+        sde_type: str | None = None,
+        cps_logprob: str | None = None,
         device: str | torch.device | None = None,
         compile_blocks: bool = False,
     ) -> None:
@@ -119,6 +125,7 @@ class DiffusersFSDPEngine:
                 block.compile()
             fully_shard(block, reshard_after_forward=fsdp.reshard_after_forward, **kwargs)
         fully_shard(transformer, reshard_after_forward=fsdp.reshard_after_forward, **kwargs)
+        _fsdp_lazy_init(transformer)
         self.module = transformer
         self.num_sharded_blocks = len(blocks)
 
@@ -425,6 +432,18 @@ class DiffusersFSDPEngine:
         if step is not None:
             self.global_step = step
         return self.global_step
+
+
+def _fsdp_lazy_init(module: nn.Module) -> None:
+    """Run FSDP2's lazy initialisation now instead of at the module's first forward.
+
+    At that initialisation FSDP2 records each parameter group's original and reduce dtypes from the parameters
+    that require grad at that moment. Doing it at construction, where `requires_grad` is what training uses, makes
+    the engine independent of which forward comes first (e.g. a reference pass with the adapters disabled).
+    `_get_fsdp_state()._lazy_init()` is torch's own (private, idempotent) entry point that every root forward
+    calls first; it exists in every torch this package supports (>= 2.6).
+    """
+    module._get_fsdp_state()._lazy_init()
 
 
 def _accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:

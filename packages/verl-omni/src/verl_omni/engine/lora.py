@@ -101,12 +101,44 @@ def apply_lora(module: nn.Module, config: DiffusionModelConfig) -> int:
 
 @contextlib.contextmanager
 def adapters_disabled(module: nn.Module) -> Iterator[None]:
-    """Run the base model: peft adapters off inside the block, back on after (also on error)."""
-    module.disable_adapters()
+    """Run the base model: every peft tuner layer of `module` skips its adapters inside the block.
+
+    The trainable state is left exactly as found. peft's `enable_adapters(False)` also sets `requires_grad=False`
+    on the adapter weights, and FSDP2 fixes each parameter group's reduce dtype from the parameters that require
+    grad when it lazily initialises (at the first forward): a reference pass run first would leave no trainable
+    parameter in that record, and the next backward would reduce bf16 gradients into fp32 shards. So the
+    `requires_grad` flags of every parameter are put back before the block runs, and after it each layer's own
+    enabled / disabled state and the flags are restored (also on error).
+
+    Raises:
+        ValueError: `module` has no peft tuner layer, or a layer has its adapter merged into the base weights
+            (disabling it would unmerge, i.e. change the weights).
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in module.modules() if isinstance(m, BaseTunerLayer)]
+    if not layers:
+        raise ValueError(f"adapters_disabled: {type(module).__name__} has no peft adapter layer to disable")
+    merged = [name for name, m in module.named_modules() if isinstance(m, BaseTunerLayer) and m.merged]
+    if merged:
+        raise ValueError(f"adapters_disabled: adapters are merged into the base weights of {merged[:3]}; unmerge first")
+    flags = [(p, p.requires_grad) for p in module.parameters()]
+    was_disabled = [layer.disable_adapters for layer in layers]
     try:
+        for layer in layers:
+            layer.enable_adapters(False)
+        _restore_requires_grad(flags)
         yield
     finally:
-        module.enable_adapters()
+        for layer, disabled in zip(layers, was_disabled, strict=True):
+            layer.enable_adapters(not disabled)
+        _restore_requires_grad(flags)
+
+
+def _restore_requires_grad(flags: list[tuple[nn.Parameter, bool]]) -> None:
+    for param, requires_grad in flags:
+        if param.requires_grad != requires_grad:
+            param.requires_grad_(requires_grad)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:

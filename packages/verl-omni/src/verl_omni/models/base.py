@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDict
 
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler, FlowMatchSDESchedulerOutput
+from verl_omni.schedulers.settings import setting_name
 
 __all__ = [
     "DiffusionModelBase",
@@ -236,8 +237,8 @@ class DiffusionModelBase(abc.ABC):
         trajectory: TensorDict,
         j: int,
         *,
-        sde_type: str = "sde",
-        cps_logprob: str = "exact",
+        sde_type: str | None = None,
+        cps_logprob: str | None = None,
         noise_level: float | None = None,
         guidance_scale: float | None = None,
         dtype: torch.dtype | None = None,
@@ -245,33 +246,39 @@ class DiffusionModelBase(abc.ABC):
         """Recompute the log-prob of window step `j` of `trajectory` under `transformer` (the training path).
 
         Runs `velocity` (gradients flow through it) and `scheduler.step(..., prev_sample=latents[:, j + 1],
-        step_index=step_indices[:, j])`, i.e. exactly the computation of the sampling loop.
+        step_index=step_indices[:, j])`, i.e. exactly the computation of the sampling loop. Every setting that
+        changes the transition density (`sde_type`, `cps_logprob`, `noise_level`, `guidance_scale`, the schedule)
+        is read from the trajectory; an explicit argument is only checked against the stored value.
 
         Args:
             transformer: the denoiser (plain, FSDP2 or peft wrapped), called like the diffusers transformer.
             scheduler (`FlowMatchSDEDiscreteScheduler`): its schedule is (re)set from the trajectory.
             trajectory (`TensorDict`): the layout written by the log-prob pipelines (docs/omni/sampling.md).
             j (`int`): position in the stored window, `0 <= j < K`.
-            sde_type (`str`, defaults to `"sde"`): as used at sampling time.
-            cps_logprob (`str`, defaults to `"exact"`): as used at sampling time.
-            noise_level (`float`, *optional*): defaults to the trajectory's `noise_level`.
-            guidance_scale (`float`, *optional*): defaults to the trajectory's `guidance_scale`.
+            sde_type (`str`, *optional*): must equal the trajectory's `sde_type` when given.
+            cps_logprob (`str`, *optional*): must equal the trajectory's `cps_logprob` when given.
+            noise_level (`float`, *optional*): must equal the trajectory's `noise_level` when given.
+            guidance_scale (`float`, *optional*): must equal the trajectory's `guidance_scale` when given.
             dtype (*optional*): dtype the transformer inputs are cast to (defaults to its parameters' dtype).
 
         Returns:
             [`FlowMatchSDESchedulerOutput`] with `log_prob` `(B,)` float32.
 
         Raises:
-            ValueError: `j` outside the window, mixed resolutions / step counts / noise levels / guidance scales
-                in the batch, a schedule that does not match the stored sigmas, or a deterministic step (noise
+            KeyError: the trajectory lacks a sampler setting (`sde_type`, `cps_logprob`, `noise_level`, ...).
+            ValueError: `j` outside the window; rows of the batch with different resolutions, step counts or
+                sampler settings; an explicit argument that disagrees with the stored value (names the field and
+                both values); a schedule that does not match the stored sigmas; or a deterministic step (noise
                 level 0, or a cps step onto `σ' = 0`), which has no log-prob.
         """
         k = trajectory["log_probs"].shape[1]
         if not 0 <= j < k:
             raise ValueError(f"j: expected a window position in [0, {k - 1}], got {j}")
         height, width, steps = (int(_uniform(trajectory, key)) for key in ("height", "width", "num_inference_steps"))
-        a = _uniform(trajectory, "noise_level") if noise_level is None else float(noise_level)
-        w = _uniform(trajectory, "guidance_scale") if guidance_scale is None else float(guidance_scale)
+        a = _stored_number(trajectory, "noise_level", noise_level)
+        w = _stored_number(trajectory, "guidance_scale", guidance_scale)
+        kind = _stored_setting(trajectory, "sde_type", sde_type)
+        mode = _stored_setting(trajectory, "cps_logprob", cps_logprob)
         latents = trajectory["latents"]
         x, x_next = latents[:, j], latents[:, j + 1]
         idx = trajectory["step_indices"][:, j]
@@ -285,21 +292,50 @@ class DiffusionModelBase(abc.ABC):
             width=width, dtype=dtype,
         )  # fmt: skip
         out = scheduler.step(
-            v, timesteps, x, noise_level=a, sde_type=sde_type, prev_sample=x_next, step_index=idx,
-            cps_logprob=cps_logprob,
+            v, timesteps, x, noise_level=a, sde_type=kind, prev_sample=x_next, step_index=idx,
+            cps_logprob=mode,
         )  # fmt: skip
         if out.log_prob is None:
             raise ValueError(
                 f"noise_level: window step {j} of the trajectory is deterministic (noise_level={a}, sde_type="
-                f"{sde_type!r}); it has no log-prob, sample with noise_level > 0 inside the SDE window"
+                f"{kind!r}); it has no log-prob, sample with noise_level > 0 inside the SDE window"
             )
         return out
 
 
 def _uniform(trajectory: TensorDict, key: str) -> float:
     """The value of the per-row scalar `key`, which every row must share."""
+    if key not in trajectory:
+        raise KeyError(
+            f"trajectory[{key!r}]: missing; the trajectory must record the sampler setting its log-probs were drawn "
+            "with (written by the log-prob pipelines, docs/omni/sampling.md); resample it with this version"
+        )
     values = trajectory[key]
     first = values[0].item()
     if bool((values != first).any()):
         raise ValueError(f"trajectory[{key!r}]: rows differ ({values.tolist()}); score one {key} per batch")
     return first
+
+
+def _stored_number(trajectory: TensorDict, key: str, explicit: float | None) -> float:
+    """The stored per-batch value of `key`; an explicit value must equal it (compared in the stored dtype)."""
+    stored = _uniform(trajectory, key)
+    if explicit is not None:
+        as_stored = torch.tensor(float(explicit), dtype=trajectory[key].dtype).item()
+        if as_stored != stored:
+            raise ValueError(
+                f"{key}: the caller passed {explicit!r} but the trajectory was sampled with {stored!r}; "
+                f"omit {key} to score with the stored value"
+            )
+    return stored
+
+
+def _stored_setting(trajectory: TensorDict, key: str, explicit: str | None) -> str:
+    """The stored per-batch string setting `key` (decoded from its int64 code); an explicit value must equal it."""
+    stored = setting_name(key, int(_uniform(trajectory, key)))
+    if explicit is not None and explicit != stored:
+        raise ValueError(
+            f"{key}: the caller passed {explicit!r} but the trajectory was sampled with {stored!r}; "
+            f"omit {key} to score with the stored value"
+        )
+    return stored

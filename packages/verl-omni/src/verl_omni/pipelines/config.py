@@ -6,13 +6,14 @@ import dataclasses
 import math
 
 from verl_core.config import BaseConfig
+from verl_omni.schedulers.settings import CPS_LOGPROBS, SDE_TYPES
 
 __all__ = ["DiffusionSamplingConfig"]
 
 
 @dataclasses.dataclass
 class DiffusionSamplingConfig(BaseConfig):
-    """Sampling parameters; defaults follow flowgrpo_math.md §5 (Qwen-Image recipe shape).
+    """Sampling parameters; defaults follow the shape of the published Qwen-Image FlowGRPO recipe.
 
     Args:
         n (`int`, defaults to 1): images per prompt (group size).
@@ -59,8 +60,8 @@ class DiffusionSamplingConfig(BaseConfig):
         self._require("height", self.height >= 16, "an int >= 16")
         self._require("width", self.width >= 16, "an int >= 16")
         self._require("noise_level", math.isfinite(self.noise_level) and self.noise_level >= 0, "a float >= 0")
-        self._require("sde_type", self.sde_type in ("sde", "cps"), "'sde' or 'cps'")
-        self._require("cps_logprob", self.cps_logprob in ("exact", "legacy"), "'exact' or 'legacy'")
+        self._require("sde_type", self.sde_type in SDE_TYPES, f"one of {SDE_TYPES}")
+        self._require("cps_logprob", self.cps_logprob in CPS_LOGPROBS, f"one of {CPS_LOGPROBS}")
         if self.sde_type == "cps":
             self._require("noise_level", self.noise_level <= 1, "a float in [0, 1] for sde_type 'cps'")
         n = self.num_inference_steps

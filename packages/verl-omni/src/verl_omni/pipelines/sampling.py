@@ -12,6 +12,7 @@ from tensordict import TensorDict
 from verl_omni.models.base import DiffusionModelBase
 from verl_omni.pipelines.config import DiffusionSamplingConfig
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler, draw_sde_window
+from verl_omni.schedulers.settings import setting_code
 
 __all__ = ["LogProbPipelineOutput", "make_generators", "sample_with_logprob"]
 
@@ -161,6 +162,10 @@ def sample_with_logprob(
         "sigmas": sig[idx],
         "sigmas_next": sig[idx + 1],
         "noise_level": torch.full((batch,), float(config.noise_level), device=latents.device),
+        "sde_type": torch.full((batch,), setting_code("sde_type", config.sde_type), dtype=torch.long, device=dev),
+        "cps_logprob": torch.full(
+            (batch,), setting_code("cps_logprob", config.cps_logprob), dtype=torch.long, device=dev
+        ),
         "guidance_scale": torch.full((batch,), float(config.guidance_scale), device=latents.device),
         "num_inference_steps": torch.full((batch,), steps, dtype=torch.long, device=latents.device),
         "height": torch.full((batch,), height, dtype=torch.long, device=latents.device),

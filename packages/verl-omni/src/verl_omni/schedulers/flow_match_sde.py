@@ -1,6 +1,6 @@
 """Flow-matching SDE / CPS sampler with exact per-step Gaussian log-probabilities (the FlowGRPO policy).
 
-The math is spelled out in docs/omni/sampling.md (and flowgrpo_math.md §1-§2): step ``i`` maps a latent
+The math is derived in docs/omni/math.md (§2 sde, §3 cps, §4 log-prob): step ``i`` maps a latent
 ``x`` at ``σ = sigmas[i]`` to ``x'`` at ``σ' = sigmas[i + 1]`` through a Gaussian ``N(μ, s²·I)`` whose mean is
 linear in the velocity ``v``. Log-probs are the exact Gaussian log-density of ``x'`` reduced by the **mean** over
 every non-batch element and are computed in at least float32 whatever the input dtype.
@@ -18,7 +18,10 @@ from diffusers.schedulers.scheduling_flow_match_euler_discrete import FlowMatchE
 from diffusers.utils import BaseOutput
 from diffusers.utils.torch_utils import randn_tensor
 
+from verl_omni.schedulers.settings import CPS_LOGPROBS, SDE_TYPES
+
 __all__ = [
+    "CPS_LOGPROBS",
     "SDE_TYPES",
     "FlowMatchSDEDiscreteScheduler",
     "FlowMatchSDESchedulerOutput",
@@ -26,8 +29,6 @@ __all__ = [
     "sde_transition",
 ]
 
-SDE_TYPES = ("sde", "cps")
-CPS_LOGPROB_MODES = ("exact", "legacy")
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -190,8 +191,8 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
             stochastic_sampling=stochastic_sampling,
         )
         check_noise(noise_level, sde_type, key="noise_level")
-        if cps_logprob not in CPS_LOGPROB_MODES:
-            raise ValueError(f"cps_logprob: expected one of {CPS_LOGPROB_MODES}, got {cps_logprob!r}")
+        if cps_logprob not in CPS_LOGPROBS:
+            raise ValueError(f"cps_logprob: expected one of {CPS_LOGPROBS}, got {cps_logprob!r}")
         if int(sde_window_size) < 0:
             raise ValueError(f"sde_window_size: expected an int >= 0, got {sde_window_size!r}")
 
@@ -289,8 +290,8 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
         kind = self.config.sde_type if sde_type is None else sde_type
         mode = self.config.cps_logprob if cps_logprob is None else cps_logprob
         check_noise(a, kind, key="noise_level")
-        if mode not in CPS_LOGPROB_MODES:
-            raise ValueError(f"cps_logprob: expected one of {CPS_LOGPROB_MODES}, got {mode!r}")
+        if mode not in CPS_LOGPROBS:
+            raise ValueError(f"cps_logprob: expected one of {CPS_LOGPROBS}, got {mode!r}")
         if model_output.shape != sample.shape:
             raise ValueError(
                 f"model_output: shape {tuple(model_output.shape)} does not match sample {tuple(sample.shape)}"

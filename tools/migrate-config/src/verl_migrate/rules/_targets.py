@@ -1,4 +1,7 @@
-"""Class paths and key prefixes shared by the rule modules (not a rule module itself)."""
+"""Key prefixes and typed key names shared by the rule modules (not a rule module itself).
+
+The `_target_` classes of the target's config come from `verl_migrate.target.target_class`.
+"""
 
 ARR = "actor_rollout_ref"
 ROLLOUT = f"{ARR}.rollout"
@@ -6,12 +9,6 @@ VAL = f"{ROLLOUT}.val_kwargs"
 MODEL = f"{ARR}.model"
 ACTOR = f"{ARR}.actor"
 REF = f"{ARR}.ref"
-
-_CFG = "verl_omni.workers.config.diffusion"
-PIPELINE_T = f"{_CFG}.DiffusionPipelineConfig"
-ALGO_T = f"{_CFG}.DiffusionRolloutAlgoConfig"
-LOSS_T = f"{_CFG}.DiffusionLossConfig"
-SKIP_T = "verl.utils.skip.SkipManagerConfig"
 
 #: typed keys of verl-omni's DiffusionPipelineConfig and DiffusionRolloutAlgoConfig
 PIPELINE_KEYS = (

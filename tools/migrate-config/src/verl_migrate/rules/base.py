@@ -10,6 +10,7 @@ from verl_migrate.doc import Doc
 from verl_migrate.errors import ConflictError
 from verl_migrate.keys import head_defaults, normalize, old_defaults, same_value, to_text
 from verl_migrate.report import Change
+from verl_migrate.target import target_class_or_none
 
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _REGISTRY: dict[str, Rule] = {}
@@ -46,6 +47,12 @@ def text_of(doc: Doc, path: str) -> str | None:
         return None
     value = doc.get(path)
     return value if doc.kind == "overrides" and isinstance(value, str) else to_text(value)
+
+
+def _states_targets(doc: Doc, path: str) -> bool:
+    """Return whether the document writes `_target_`s: a full dump, or the node above `path` has one."""
+    parent = path.rpartition(".")[0]
+    return doc.full_dump or (bool(parent) and doc.has(f"{parent}._target_"))
 
 
 def _default_of(path: str) -> str | None:
@@ -87,12 +94,17 @@ class Rule:
 
     # -- shared helpers ---------------------------------------------------------------------------------------
     def change(self, doc: Doc, action: str, path: str, **kw: Any) -> None:
-        """Record one change of this rule."""
+        """Record one change of this rule (saying so when the value came through a script variable)."""
         kw.setdefault("line", doc.line(path))
+        via = doc.via(path)
+        if via:
+            kw["note"] = (kw.get("note", "") + "; " if kw.get("note") else "") + f"value from {via}"
         doc.report.add(Change(self.id, action, path, **kw))
 
     def semantic(self, doc: Doc, path: str, message: str) -> None:
         """Record a semantic change a human should review."""
+        via = doc.via(path)
+        message = f"{message} (value from {via})" if via else message
         doc.report.find("semantic", path, message, rule_id=self.id, line=doc.line(path))
 
     def move_path(self, doc: Doc, src: str, dst: str, *, null_unset: bool = False, creates: Any = ()) -> None:
@@ -111,15 +123,21 @@ class Rule:
             return
         if not doc.has(dst):
             moved = [(leaf, text_of(doc, leaf), doc.line(leaf)) for leaf in doc.leaves(src)]
-            missing = [p for p in dict(creates) if not doc.has(p)]
+            missing = [p for p in creates if not doc.has(p)]
             doc.move(src, dst)
             for leaf, old, line in moved:
                 self.change(doc, "move", leaf, new_path=dst + leaf[len(src) :], old=old, new=old, line=line)
-            if doc.full_dump and doc.kind == "yaml":
-                for p in missing:
-                    if doc.has(p) and not doc.has(p + "._target_"):
-                        doc.set(p + "._target_", dict(creates)[p], first=True)
-                        self.change(doc, "add-target", p + "._target_", new=dict(creates)[p])
+            for p in missing:
+                cls = target_class_or_none(p)
+                if (
+                    cls
+                    and doc.kind == "yaml"
+                    and doc.has(p)
+                    and not doc.has(p + "._target_")
+                    and _states_targets(doc, p)
+                ):
+                    doc.set(p + "._target_", cls, first=True)
+                    self.change(doc, "add-target", p + "._target_", new=cls)
             return
         old_v, new_v = text_of(doc, src), text_of(doc, dst)
         if same_value(doc.get(src), doc.get(dst)):

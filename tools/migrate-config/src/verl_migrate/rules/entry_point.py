@@ -5,14 +5,15 @@ The old entry point and Hydra `+` prefixes (legacy_surface.md §3.1 and §4).
 
 from verl_migrate.kinds import FixPlusPrefix, ReplaceEntryPoint
 from verl_migrate.rules.base import register
+from verl_migrate.target import ENTRY_MODULE
 
 register(
     ReplaceEntryPoint(
-        id="entry-point-verl-omni-train",
+        id="entry-point-main-diffusion",
         since="0.1.0",
-        summary="`python3 -m verl.trainer.main_flowgrpo` is the `verl-omni-train` console script.",
+        summary=f"`python3 -m verl.trainer.main_flowgrpo` becomes `python3 -m {ENTRY_MODULE}`.",
         modules=("verl.trainer.main_flowgrpo",),
-        command="verl-omni-train",
+        module=ENTRY_MODULE,
     )
 )
 

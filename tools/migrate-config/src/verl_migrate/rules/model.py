@@ -5,10 +5,10 @@ built in (verl-omni REF0, 70f38f01, dd260ab9; legacy_surface.md §3.4 rows 22-26
 """
 
 from verl_migrate.kinds import Drop, Flag, RenameKey, SetExplicitDefault, SplitDict
-from verl_migrate.rules._targets import ALGO_T, MODEL, MODEL_ALGO_KEYS, PIPELINE_KEYS, PIPELINE_T
+from verl_migrate.rules._targets import MODEL, MODEL_ALGO_KEYS, PIPELINE_KEYS
 from verl_migrate.rules.base import register
 
-_CREATES = ((f"{MODEL}.pipeline", PIPELINE_T), (f"{MODEL}.algo", ALGO_T))
+_CREATES = (f"{MODEL}.pipeline", f"{MODEL}.algo")
 
 for _key in ("height", "width", "num_inference_steps"):
     register(

@@ -5,10 +5,10 @@ The top-level diffusion keys and the free-form `extra_configs` become `rollout.p
 """
 
 from verl_migrate.kinds import Drop, Flag, MoveSubtree, RenameKey, SplitDict
-from verl_migrate.rules._targets import ALGO_KEYS, ALGO_T, PIPELINE_KEYS, PIPELINE_T, ROLLOUT, SKIP_T
+from verl_migrate.rules._targets import ALGO_KEYS, PIPELINE_KEYS, ROLLOUT
 from verl_migrate.rules.base import register
 
-_CREATES = ((f"{ROLLOUT}.pipeline", PIPELINE_T), (f"{ROLLOUT}.algo", ALGO_T))
+_CREATES = (f"{ROLLOUT}.pipeline", f"{ROLLOUT}.algo")
 
 for _key, _row in (("height", 1), ("width", 2), ("num_inference_steps", 3)):
     register(
@@ -82,7 +82,7 @@ register(
         refs=(40,),
         old=f"{ROLLOUT}.skip",
         new="skip.rollout",
-        creates=(("skip", SKIP_T),),
+        creates=("skip",),
     )
 )
 

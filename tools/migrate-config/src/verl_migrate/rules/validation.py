@@ -5,10 +5,10 @@ legacy_surface.md §3.4 rows 12-18 and §3.6 item 2).
 """
 
 from verl_migrate.kinds import Drop, Flag, RenameKey, SetExplicitDefault, SplitDict
-from verl_migrate.rules._targets import ALGO_KEYS, ALGO_T, PIPELINE_KEYS, PIPELINE_T, ROLLOUT, VAL
+from verl_migrate.rules._targets import ALGO_KEYS, PIPELINE_KEYS, ROLLOUT, VAL
 from verl_migrate.rules.base import register
 
-_CREATES = ((f"{VAL}.pipeline", PIPELINE_T), (f"{VAL}.algo", ALGO_T))
+_CREATES = (f"{VAL}.pipeline", f"{VAL}.algo")
 
 register(
     RenameKey(
