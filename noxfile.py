@@ -1,4 +1,4 @@
-"""nox sessions of the verl monorepo: lint, tests, packaging, docs, quickstart, benchmarks.
+"""nox sessions of the verl monorepo: lint, tests, packaging, docs, quickstart, benchmarks, vLLM-Omni contract.
 
 Every session runs on the interpreter nox runs on; CI picks others with `--force-python 3.10` etc.
 All installs go through `constraints-cpu.txt`, which pins torch to the release whose CPU build the
@@ -7,8 +7,10 @@ project's machines carry; on a GPU machine the same pin resolves to the CUDA bui
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
+import sys
 import tomllib
 from pathlib import Path
 
@@ -177,3 +179,90 @@ def benchmarks(session: nox.Session) -> None:
     scripts = session.posargs or sorted(str(p) for p in (ROOT / "benchmarks").glob("bench_*.py"))
     for script in scripts:
         session.run("python", script)
+
+
+# ---- vLLM-Omni: the static API contract per release, and the real-code tier on the CPU ---------------------------
+
+OMNI_DIR = ROOT / "packages/verl-omni/src/verl_omni/rollout/vllm_omni"
+
+
+def _load_contract():
+    """`verl_omni.rollout.vllm_omni.contract` by path (pure data; no torch needed to read it)."""
+    spec = importlib.util.spec_from_file_location("_vllm_omni_contract", OMNI_DIR / "contract.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+OMNI_RELEASES = _load_contract().RELEASES
+# releases the real-code tier installs: one that needs the `_load_adapter` patch (< 0.28) and the newest
+OMNI_RUNTIME = {"0.26": "0.26.0", "0.30": "0.30.0"}
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _vllm_omni_contract(session: nox.Session, omni: str) -> None:
+    cache = Path(session.cache_dir) / "vllm-omni-contract"
+    wheel = cache / "wheels" / f"vllm_omni-{omni}-py3-none-any.whl"
+    if not wheel.exists():  # fetched once; later runs (and CI's cached .nox/.cache) reuse it
+        session.run(sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+                    "-d", str(wheel.parent), f"vllm-omni=={omni}", external=True)  # fmt: skip
+    session.run(sys.executable, str(OMNI_DIR / "contract_check.py"), "--release", omni, "--omni-wheel", str(wheel),
+                "--cache", str(cache / "vllm"), *session.posargs, external=True)  # fmt: skip
+
+
+for _release in OMNI_RELEASES:
+
+    def _make(omni: str) -> None:
+        def contract(session: nox.Session) -> None:
+            _vllm_omni_contract(session, omni)
+
+        contract.__doc__ = f"Check the vLLM-Omni contract statically against vllm-omni {omni} and its vLLM (no import)."
+        nox.session(name=f"vllm_omni-{_minor(omni)}", venv_backend="none", default=False)(contract)
+
+    _make(_release.omni)
+
+
+for _minor_version, _omni in OMNI_RUNTIME.items():
+
+    def _make_runtime(omni: str) -> None:
+        def runtime(session: nox.Session) -> None:
+            release = next(r for r in OMNI_RELEASES if r.omni == omni)
+            marker = Path(session.virtualenv.location) / ".verl-runtime-installed"
+            if not marker.exists():  # ~9 GB and minutes: installed once, the venv is reused afterwards
+                session.install(f"vllm=={release.vllm}", f"vllm-omni=={omni}")
+                frozen = Path(session.create_tmp()) / "frozen.txt"
+                pins = session.run("python", "-m", "pip", "freeze", silent=True).splitlines()
+                pins = [p for p in pins if re.fullmatch(r"[A-Za-z0-9_.\-]+==\S+", p)]
+                torch_family = [
+                    p.split("+")[0] for p in pins if p.split("==")[0] in ("torch", "torchvision", "torchaudio")
+                ]
+                if any("+cpu" in p for p in pins if p.startswith("torch==")):
+                    # PyPI's torchvision / torchaudio are built against the CUDA build of torch (which runs without a
+                    # GPU): take it, same versions, everything else pinned where the first resolve put it
+                    others = Path(session.create_tmp()) / "others.txt"
+                    others.write_text(
+                        "\n".join(p for p in pins if p.split("==")[0] not in ("torch", "torchvision", "torchaudio"))
+                    )
+                    session.run("python", "-m", "pip", "--isolated", "install", "-q", "--force-reinstall",
+                                "-c", str(others), *torch_family)  # fmt: skip
+                    pins = session.run("python", "-m", "pip", "freeze", silent=True).splitlines()
+                    pins = [p for p in pins if re.fullmatch(r"[A-Za-z0-9_.\-]+==\S+", p)]
+                frozen.write_text("\n".join(pins))
+                # our dists without their pins (vllm-omni brings its own omegaconf / diffusers), then what the tier
+                # imports on top of vllm-omni's environment, inside it
+                session.install("--no-deps", "-e", "packages/verl-core", "-e", "packages/verl-omni")
+                session.install("-c", str(frozen), "tensordict>=0.10", "pytest>=8")
+                marker.write_text(omni)
+            tests = session.posargs or ["packages/verl-omni/tests/rollout/test_vllm_omni_runtime.py"]
+            session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-ra", *tests)
+
+        runtime.__doc__ = (
+            f"Real-code tier: vllm-omni {omni} + vllm on the CPU, its DiffusionLoRAManager with the hijack."
+        )
+        nox.session(name=f"vllm_omni_runtime-{_minor(omni)}", default=False)(runtime)
+
+    _make_runtime(_omni)

@@ -99,6 +99,8 @@ class RolloutConfig(BaseConfig):
         launch_timeout_s (`float`, *optional*, defaults to `600.0`): longest engine start-up may take.
         max_request_bytes (`int`, *optional*, defaults to 1 MiB): largest JSON request body.
         max_bucket_bytes (`int`, *optional*, defaults to 2 GiB): largest weight bucket the server accepts.
+        max_response_bytes (`int`, *optional*, defaults to 2 GiB): largest binary generate response (tensors)
+            a server sends and a replica's clients accept.
         update_weights_bucket_bytes (`int`, *optional*, defaults to 256 MiB): bucket size senders use (>= 64).
         max_prompt_len (`int`, *optional*, defaults to `8192`): longest prompt in tokens.
         max_concurrent_requests (`int`, *optional*, defaults to `1024`): generates in flight before 503.
@@ -129,6 +131,7 @@ class RolloutConfig(BaseConfig):
     launch_timeout_s: float = 600.0
     max_request_bytes: int = 1 << 20
     max_bucket_bytes: int = 2 << 30
+    max_response_bytes: int = 2 << 30
     update_weights_bucket_bytes: int = 256 << 20
     max_prompt_len: int = 8192
     max_concurrent_requests: int = 1024
@@ -151,7 +154,7 @@ class RolloutConfig(BaseConfig):
         self._require("port", 0 <= self.port <= 65535, "int in [0, 65535] (0 picks a free port)")
         for key in ("request_timeout_s", "lifecycle_timeout_s", "weight_sync_timeout_s", "launch_timeout_s"):
             self._require(key, getattr(self, key) > 0, "a timeout in seconds > 0")
-        for key in ("max_request_bytes", "max_bucket_bytes", "max_prompt_len"):
+        for key in ("max_request_bytes", "max_bucket_bytes", "max_response_bytes", "max_prompt_len"):
             self._require(key, getattr(self, key) >= 1, "int >= 1")
         self._require(
             "update_weights_bucket_bytes",

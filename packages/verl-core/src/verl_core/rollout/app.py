@@ -1,4 +1,8 @@
-"""The FastAPI app of a `RolloutHttpServer`: one route per lifecycle method, JSON errors naming the field."""
+"""The FastAPI app of a `RolloutHttpServer`: one route per lifecycle method, JSON errors naming the field.
+
+`POST /generate` answers with JSON, or with a binary tensor body (`verl_core.rollout.tensor_payload`) when the
+response has fields holding tensors or TensorDicts.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+import torch
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from tensordict import TensorDictBase
 
 from verl_core.rollout.errors import RolloutError, WeightSyncError
 from verl_core.rollout.net import parse_json, read_body
 from verl_core.rollout.protocol import AbortRequest, AbortResponse, SleepRequest, StateResponse, WakeUpRequest
+from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, plan_tensor_body
 from verl_core.rollout.weights import WeightStreamReader
 
 if TYPE_CHECKING:
@@ -48,7 +55,14 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
     async def generate(request: Request) -> Response:
         req = parse_json(server.request_model, await read_body(request, limit))
         out = await server.generate(req)
-        return Response(out.model_dump_json(), media_type="application/json")
+        binary = [name for name, value in out if isinstance(value, (torch.Tensor, TensorDictBase))]
+        if not binary:
+            return Response(out.model_dump_json(), media_type="application/json")
+        fields = {**out.model_dump(mode="json", exclude=set(binary)), **{name: getattr(out, name) for name in binary}}
+        body = plan_tensor_body(fields, max_bytes=server.config.max_response_bytes)  # every check before a byte
+        # streamed from the tensors' own memory in bounded chunks; starlette iterates it off the server loop
+        headers = {"content-length": str(body.size)}
+        return StreamingResponse(body.chunks(), media_type=TENSOR_CONTENT_TYPE, headers=headers)
 
     @app.post("/abort")
     async def abort(request: Request) -> AbortResponse:

@@ -10,7 +10,8 @@ import httpx
 import torch
 
 from verl_core.rollout import errors
-from verl_core.rollout.errors import EngineTimeoutError, RolloutError, ServerDeadError
+from verl_core.rollout.errors import BadResponseError, EngineTimeoutError, RolloutError, ServerDeadError
+from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, decode_tensor_stream
 from verl_core.rollout.weights import WeightKind, encode_weight_stream
 
 __all__ = ["RolloutClient"]
@@ -28,17 +29,32 @@ class RolloutClient:
         timeout_s (`float`, *optional*, defaults to `120.0`): timeout of every call (generate adds the request's).
         weight_timeout_s (`float`, *optional*, defaults to `600.0`): timeout of `update_weights`.
         rank (`int`, *optional*, defaults to `0`): the server's rank, named in `ServerDeadError`.
+        max_response_bytes (`int`, *optional*, defaults to 2 GiB): largest tensor data a binary generate answer
+            may announce (a larger one raises `PayloadTooLargeError` before it is read).
     """
 
-    def __init__(self, address: str, *, timeout_s: float = 120.0, weight_timeout_s: float = 600.0, rank: int = 0):
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 120.0,
+        weight_timeout_s: float = 600.0,
+        rank: int = 0,
+        max_response_bytes: int = 2 << 30,
+    ):
         self.address = address.rstrip("/")
         self.rank = rank
         self.timeout_s = timeout_s
         self.weight_timeout_s = weight_timeout_s
+        self.max_response_bytes = max_response_bytes
         self._http = httpx.AsyncClient(base_url=self.address, timeout=timeout_s, trust_env=False)
 
     async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """POST /generate; returns the response fields."""
+        """POST /generate; returns the response fields.
+
+        A binary answer (`verl_core.rollout.tensor_payload`) is decoded as it streams in: fields holding tensors
+        or TensorDicts come back as those objects (CPU, dtypes and shapes exact); JSON answers as parsed JSON.
+        """
         extra = float(request.get("timeout_s") or 0)
         return await self._post("/generate", json=dict(request), timeout=self.timeout_s + extra)
 
@@ -99,18 +115,36 @@ class RolloutClient:
 
     async def _request(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> Any:
         limit = timeout or self.timeout_s
-        try:  # httpx timeouts are per read/write; wait_for bounds the whole call
-            response = await asyncio.wait_for(self._http.request(method, path, timeout=limit, **kwargs), limit)
+        try:  # httpx timeouts are per read/write; wait_for bounds the whole call, reading the body included
+            return await asyncio.wait_for(self._send(method, path, limit, **kwargs), limit)
+        except RolloutError as e:  # the server's own error (an EngineTimeoutError is a TimeoutError too)
+            if isinstance(e, BadResponseError) and isinstance(e.__cause__, httpx.TransportError):
+                raise self._dead(e.__cause__) from e  # the connection broke mid-body
+            raise
         except (httpx.TimeoutException, asyncio.TimeoutError) as e:
             raise EngineTimeoutError(f"{method} {self.address}{path}: no answer within {limit:g} s") from e
         except httpx.TransportError as e:
-            raise ServerDeadError(
-                f"rollout server rank {self.rank} at {self.address} is unreachable: {type(e).__name__}: {e}",
-                rank=self.rank,
-            ) from e
-        if response.status_code >= 400:
-            raise _error_from(response)
-        return response.json()
+            raise self._dead(e) from e
+
+    async def _send(self, method: str, path: str, limit: float, **kwargs: Any) -> Any:
+        request = self._http.build_request(method, path, timeout=limit, **kwargs)
+        response = await self._http.send(request, stream=True)
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                raise _error_from(response)
+            if response.headers.get("content-type", "").split(";")[0].strip() == TENSOR_CONTENT_TYPE:
+                return await decode_tensor_stream(response.aiter_bytes(), max_bytes=self.max_response_bytes)
+            await response.aread()
+            return response.json()
+        finally:
+            await response.aclose()
+
+    def _dead(self, e: BaseException) -> ServerDeadError:
+        return ServerDeadError(
+            f"rollout server rank {self.rank} at {self.address} is unreachable: {type(e).__name__}: {e}",
+            rank=self.rank,
+        )
 
 
 def _error_from(response: httpx.Response) -> RolloutError:

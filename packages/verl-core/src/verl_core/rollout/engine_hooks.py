@@ -14,7 +14,7 @@ import torch
 
 from verl_core.config.rollout import RolloutConfig
 from verl_core.rollout.protocol import GenerateRequest
-from verl_core.rollout.weights import WeightUpdate
+from verl_core.rollout.weights import WeightKind, WeightUpdate
 
 __all__ = ["EngineHooks"]
 
@@ -76,6 +76,18 @@ class EngineHooks(abc.ABC):
 
     async def _engine_abort_weights(self, update: WeightUpdate) -> None:  # noqa: B027 - optional hook
         """Drop a partly received update."""
+
+    async def _engine_read_weights(self, names: list[str], kind: WeightKind) -> dict[str, torch.Tensor]:
+        """The tensors the engine serves now under these names, as `update_weights` names them (checks only).
+
+        Full names are those of the model's state dict; LoRA names those of `peft.get_peft_model_state_dict`.
+        Used by `RolloutHttpServer.served_weights` (the contract suite's read-back check); raise `KeyError`
+        naming an unknown name.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement _engine_read_weights, which the contract suite's "
+            "read-back check (served tensor == sent tensor) needs"
+        )
 
     async def _engine_shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release the engine."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "BadRequestError",
+    "BadResponseError",
     "ConflictError",
     "EngineError",
     "EngineTimeoutError",
@@ -68,6 +69,12 @@ class EngineError(RolloutError):
     """The engine raised while serving a valid request."""
 
     status_code = 500
+
+
+class BadResponseError(RolloutError):
+    """A server's answer could not be decoded: a malformed or truncated binary body (`field` names the part)."""
+
+    status_code = 502
 
 
 class ServerDeadError(RolloutError, ConnectionError):

@@ -14,7 +14,7 @@ from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncE
 from verl_core.rollout.protocol import GenerateRequest, TokenGenerateResponse
 from verl_core.rollout.sampling import LLMSamplingParams, parse_sampling_params
 from verl_core.rollout.server import RolloutHttpServer
-from verl_core.rollout.weights import WeightUpdate, check_manifest
+from verl_core.rollout.weights import WeightKind, WeightUpdate, check_manifest
 
 __all__ = ["HFHttpServer"]
 
@@ -274,6 +274,21 @@ class HFHttpServer(RolloutHttpServer):
         self._full_table, self._lora_pending = {}, {}
         if update.kind == "lora":
             await self._run_blocking(self._restore_adapter)
+
+    async def _engine_read_weights(self, names: list[str], kind: WeightKind) -> dict[str, torch.Tensor]:
+        if self._model is None:
+            raise NotReadyError("weights are not loaded (asleep at level 2); call wake_up()")
+        if kind == "lora":
+            from peft import get_peft_model_state_dict
+
+            table = get_peft_model_state_dict(self._peft) if self._peft is not None else {}
+        else:
+            state = self._model.state_dict()
+            table = {k.replace(".base_layer.", "."): v for k, v in state.items() if ".lora_" not in k}
+        unknown = [n for n in names if n not in table]
+        if unknown:
+            raise KeyError(f"{kind} tensor {unknown[0]!r} is not served ({len(table)} {kind} tensors are)")
+        return {n: table[n] for n in names}
 
     async def _engine_shutdown(self) -> None:
         self._model, self._peft, self._tokenizer = None, None, None

@@ -57,6 +57,9 @@ class RolloutRouter:
     async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Serve `request` on the least-loaded live server; `server_rank` in the result says which.
 
+        Responses are dicts (tensor fields decoded, see `RolloutClient.generate`). Another error of the chosen
+        server is raised with a `server_rank` attribute naming it.
+
         Raises:
             ServerDeadError: every server is dead (the message lists the dead ranks).
         """
@@ -72,6 +75,9 @@ class RolloutRouter:
                 self.mark_dead(rank, e.message)
                 tried.add(rank)
                 continue
+            except Exception as e:
+                e.server_rank = rank  # type: ignore[attr-defined] # callers name the server in their errors
+                raise
             finally:
                 self.outstanding[rank] -= 1
             self.served[rank] += 1
@@ -199,7 +205,8 @@ class RolloutReplica:
         self.router = RolloutRouter(
             [
                 RolloutClient(addr, rank=rank, timeout_s=self.config.request_timeout_s,
-                              weight_timeout_s=self.config.weight_sync_timeout_s)
+                              weight_timeout_s=self.config.weight_sync_timeout_s,
+                              max_response_bytes=self.config.max_response_bytes)
                 for rank, addr in enumerate(addresses)
             ]
         )  # fmt: skip

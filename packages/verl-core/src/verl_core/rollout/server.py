@@ -197,6 +197,21 @@ class RolloutHttpServer(EngineHooks):
 
         return await self._on_loop(self._apply_update(update, buckets()))
 
+    async def served_weights(self, names: Iterable[str], *, kind: WeightKind = "full") -> dict[str, torch.Tensor]:
+        """CPU copies of the tensors the engine serves now under `names` (for checks, e.g. the contract suite).
+
+        Args:
+            names (iterable of `str`): tensor names as `update_weights` takes them.
+            kind (`str`, *optional*, defaults to `"full"`): `"full"` (model tensors) or `"lora"` (adapter tensors).
+
+        Raises:
+            BadRequestError: a name the engine does not serve.
+            EngineError: the backend has no `_engine_read_weights` hook.
+        """
+        read = self._timed("served_weights", "lifecycle_timeout_s", self._engine_read_weights(list(names), kind))
+        served = await self._on_loop(read)
+        return {name: tensor.detach().to("cpu", copy=True) for name, tensor in served.items()}
+
     async def shutdown(self) -> None:
         """Abort in-flight requests, stop the HTTP app and the engine, and stop the server loop (idempotent)."""
         loop = self._loop

@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
-import struct
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import torch
 
 from verl_core.rollout.errors import PayloadTooLargeError, WeightSyncError
+from verl_core.rollout.framing import (
+    ALIGN,
+    DTYPES,
+    ITEMSIZE,
+    FrameReader,
+    TensorSpec,
+    align,
+    encode_frame,
+    tensor_bytes,
+)
 
 __all__ = [
     "Piece",
@@ -35,71 +43,7 @@ __all__ = [
 
 WeightKind = Literal["full", "lora"]
 WeightPiece = tuple[str, torch.Tensor, "int | None"]
-MAX_HEADER_BYTES = 64 << 20
-_ALIGN = 64
 _CHUNK = 4 << 20
-_LEN = struct.Struct("<Q")
-_DTYPES: dict[str, torch.dtype] = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "int16": torch.int16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-}
-_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
-_ITEMSIZE = {k: v.itemsize for k, v in _DTYPES.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    """Name, dtype name and shape of one tensor of a weight update."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def numel(self) -> int:
-        """Number of elements."""
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        """Size of the tensor's data in bytes."""
-        return self.numel * _ITEMSIZE[self.dtype]
-
-    @classmethod
-    def of(cls, name: str, tensor: torch.Tensor) -> TensorSpec:
-        """The spec of `tensor` under `name`."""
-        if tensor.dtype not in _DTYPE_NAMES:
-            raise WeightSyncError(f"tensor {name!r} has unsupported dtype {tensor.dtype}", field=name)
-        return cls(name, _DTYPE_NAMES[tensor.dtype], tuple(tensor.shape))
-
-    @classmethod
-    def from_json(cls, obj: Any) -> TensorSpec:
-        """Parse a manifest entry `{"name", "dtype", "shape"}`, rejecting malformed ones by name."""
-        if not isinstance(obj, Mapping) or set(obj) - {"name", "dtype", "shape", "offset", "start", "numel"}:
-            raise WeightSyncError(f"manifest entry must be {{name, dtype, shape}}, got {obj!r:.200}")
-        name, dtype, shape = obj.get("name"), obj.get("dtype"), obj.get("shape")
-        if not isinstance(name, str) or not name:
-            raise WeightSyncError(f"manifest entry has no tensor name: {obj!r:.200}")
-        if dtype not in _DTYPES:
-            raise WeightSyncError(f"tensor {name!r}: dtype {dtype!r} is not one of {', '.join(_DTYPES)}", field=name)
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise WeightSyncError(f"tensor {name!r}: shape must be a list of ints >= 0, got {shape!r}", field=name)
-        return cls(name, dtype, tuple(shape))
-
-    def to_json(self) -> dict[str, Any]:
-        """The manifest entry of this spec."""
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
 
 
 @dataclasses.dataclass
@@ -160,8 +104,8 @@ def plan_buckets(specs: list[TensorSpec], bucket_bytes: int) -> list[list[Piece]
     Raises:
         ValueError: `bucket_bytes` is smaller than 64 bytes.
     """
-    if bucket_bytes < _ALIGN:
-        raise ValueError(f"bucket_bytes must be >= {_ALIGN}, got {bucket_bytes}")
+    if bucket_bytes < ALIGN:
+        raise ValueError(f"bucket_bytes must be >= {ALIGN}, got {bucket_bytes}")
     buckets: list[list[Piece]] = []
     current: list[Piece] = []
     used = 0
@@ -170,10 +114,10 @@ def plan_buckets(specs: list[TensorSpec], bucket_bytes: int) -> list[list[Piece]
             if current:
                 buckets.append(current)
                 current, used = [], 0
-            step = max(1, bucket_bytes // _ITEMSIZE[spec.dtype])
+            step = max(1, bucket_bytes // ITEMSIZE[spec.dtype])
             buckets.extend([Piece(i, s, min(step, spec.numel - s))] for s in range(0, spec.numel, step))
             continue
-        start = _align(used)
+        start = align(used)
         if current and start + spec.nbytes > bucket_bytes:
             buckets.append(current)
             current, start = [], 0
@@ -245,7 +189,7 @@ def encode_weight_stream(
     specs = [TensorSpec.of(n, t) for n, t in items]
     WeightUpdate(version, kind, specs, peft_config)  # validate before sending anything
     buckets = plan_buckets(specs, bucket_bytes)
-    yield _frame(
+    yield encode_frame(
         {
             "type": "begin",
             "version": version,
@@ -258,22 +202,22 @@ def encode_weight_stream(
     for pieces in buckets:
         entries, pos = [], 0
         for piece in pieces:
-            pos = _align(pos)
+            pos = align(pos)
             entries.append({**specs[piece.index].to_json(), "offset": pos, "start": piece.start, "numel": piece.numel})
-            pos += piece.numel * _ITEMSIZE[specs[piece.index].dtype]
-        yield _frame({"type": "bucket", "nbytes": pos, "tensors": entries})
+            pos += piece.numel * ITEMSIZE[specs[piece.index].dtype]
+        yield encode_frame({"type": "bucket", "nbytes": pos, "tensors": entries})
         sent = 0
         for piece, entry in zip(pieces, entries):
             if entry["offset"] > sent:
                 yield bytes(entry["offset"] - sent)
-            data = _tensor_bytes(items[piece.index][1], piece.start, piece.numel)
+            data = tensor_bytes(items[piece.index][1], piece.start, piece.numel)
             for at in range(0, len(data), _CHUNK):  # bounded chunks: the HTTP stack copies each one
                 yield data[at : at + _CHUNK]
-            sent = entry["offset"] + piece.numel * _ITEMSIZE[specs[piece.index].dtype]
-    yield _frame({"type": "end", "num_tensors": len(items)})
+            sent = entry["offset"] + piece.numel * ITEMSIZE[specs[piece.index].dtype]
+    yield encode_frame({"type": "end", "num_tensors": len(items)})
 
 
-class WeightStreamReader:
+class WeightStreamReader(FrameReader):
     """Parse a weight stream from an async byte-chunk iterator, one bucket buffer reused throughout.
 
     Args:
@@ -282,15 +226,13 @@ class WeightStreamReader:
     """
 
     def __init__(self, chunks: AsyncIterator[bytes], *, max_bucket_bytes: int):
-        self._chunks = chunks
-        self._pending = memoryview(b"")
+        super().__init__(chunks, error=WeightSyncError)
         self._max_bucket = max_bucket_bytes
         self._buffer = bytearray()
-        self.bytes_read = 0
 
     async def begin(self) -> WeightUpdate:
         """Read the `begin` frame and return the update it announces."""
-        header = await self._header("begin")
+        header = await self.read_header("begin")
         manifest_json = header.get("manifest")
         if not isinstance(manifest_json, list):
             raise WeightSyncError("begin frame has no manifest list", field="manifest")
@@ -306,7 +248,7 @@ class WeightStreamReader:
         known = {s.name: s for s in update.manifest}
         filled: dict[str, int] = {}
         while True:
-            header = await self._header("bucket", "end")
+            header = await self.read_header("bucket", "end")
             if header["type"] == "end":
                 break
             nbytes = header.get("nbytes")
@@ -320,7 +262,7 @@ class WeightStreamReader:
                 )
             if len(self._buffer) < nbytes:
                 self._buffer = bytearray(nbytes)
-            await self._read_into(memoryview(self._buffer)[:nbytes])
+            await self.read_into(memoryview(self._buffer)[:nbytes])
             yield [self._piece(entry, known, filled, nbytes) for entry in header.get("tensors") or []]
         incomplete = [n for n, s in known.items() if filled.get(n, 0) != s.numel]
         if incomplete:
@@ -336,13 +278,13 @@ class WeightStreamReader:
             raise WeightSyncError(f"tensor {spec.name!r} in a bucket does not match the manifest", field=spec.name)
         start, numel, offset = entry.get("start", 0), entry.get("numel", spec.numel), entry.get("offset")
         ints = all(isinstance(v, int) and v >= 0 for v in (start, numel, offset))
-        if not ints or start + numel > spec.numel or offset + numel * _ITEMSIZE[spec.dtype] > nbytes:
+        if not ints or start + numel > spec.numel or offset + numel * ITEMSIZE[spec.dtype] > nbytes:
             message = f"tensor {spec.name!r}: range start={start!r} numel={numel!r} offset={offset!r} is out of bounds"
             raise WeightSyncError(message, field=spec.name)
         filled[spec.name] = filled.get(spec.name, 0) + numel
         if filled[spec.name] > spec.numel:
             raise WeightSyncError(f"tensor {spec.name!r} was sent more than once", field=spec.name)
-        dtype = _DTYPES[spec.dtype]
+        dtype = DTYPES[spec.dtype]
         if numel == spec.numel:
             if numel == 0:
                 return spec.name, torch.empty(spec.shape, dtype=dtype), None
@@ -352,66 +294,3 @@ class WeightStreamReader:
                 None,
             )
         return spec.name, torch.frombuffer(self._buffer, dtype=dtype, count=numel, offset=offset), start
-
-    async def _header(self, *allowed: str) -> dict[str, Any]:
-        raw = await self._read(_LEN.size, what=f"{'/'.join(allowed)} frame")
-        (length,) = _LEN.unpack(raw)
-        if length > MAX_HEADER_BYTES:
-            raise PayloadTooLargeError(f"frame header of {length} bytes exceeds {MAX_HEADER_BYTES}", field="header")
-        try:
-            header = json.loads(bytes(await self._read(length, what="frame header")))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise WeightSyncError(f"frame header is not valid JSON: {e}", field="header") from e
-        if not isinstance(header, dict) or header.get("type") not in allowed:
-            got = header.get("type") if isinstance(header, dict) else type(header).__name__
-            raise WeightSyncError(f"expected a {' or '.join(allowed)} frame, got {got!r}", field="header")
-        return header
-
-    async def _read(self, n: int, *, what: str) -> memoryview:
-        out = bytearray(n)
-        await self._read_into(memoryview(out), what=what)
-        return memoryview(out)
-
-    async def _read_into(self, view: memoryview, *, what: str = "bucket payload") -> None:
-        filled = 0
-        while filled < len(view):
-            if not self._pending:
-                try:
-                    chunk = await anext(self._chunks)
-                except StopAsyncIteration:
-                    raise WeightSyncError(
-                        f"stream truncated: needed {len(view) - filled} more bytes of the {what}", field="stream"
-                    ) from None
-                except Exception as e:  # the client went away (starlette's ClientDisconnect) or the stream broke
-                    raise WeightSyncError(f"stream broke while reading the {what}: {e!r}", field="stream") from e
-                self._pending = memoryview(chunk)
-                self.bytes_read += len(chunk)
-            take = min(len(self._pending), len(view) - filled)
-            view[filled : filled + take] = self._pending[:take]
-            self._pending = self._pending[take:]
-            filled += take
-
-
-def _tensor_bytes(tensor: torch.Tensor, start: int, numel: int) -> memoryview:
-    t = tensor.detach().reshape(-1)[start : start + numel]
-    if t.device.type != "cpu":
-        t = t.to("cpu")
-    t = t.contiguous()
-    if t.numel() == 0:
-        return memoryview(b"")
-    return memoryview(t.view(torch.uint8).numpy()).cast("B")
-
-
-def _frame(header: dict[str, Any]) -> bytes:
-    raw = json.dumps(header, separators=(",", ":"), default=_json_default).encode()
-    return _LEN.pack(len(raw)) + raw
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
-    raise TypeError(f"cannot send {type(value).__name__} {value!r:.80} in a weight stream header (peft_config?)")
-
-
-def _align(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN

@@ -8,16 +8,19 @@ and providing a class-scoped `backend` fixture that returns a `ContractBackend`:
         def backend(self, tmp_path_factory):
             return ContractBackend(server_cls=HFHttpServer, config=..., request=..., new_weights=...)
 
-The suite covers: health/readiness, generate over HTTP and in Python, determinism for a seed,
-concurrent requests, abort, sleep/wake round trip, update_weights changing the output and the
-reported weight version, bad input answered with a 4xx naming the problem (the server keeps serving),
-a hung engine answered with a 504 within the configured time, and a clean shutdown.
+The suite covers: health/readiness, generate over HTTP and in Python (JSON or binary tensor answers alike),
+determinism for a seed, concurrent requests, abort, sleep/wake round trip, update_weights changing the output
+and the reported weight version, every served tensor equal to the one sent after a full or LoRA update (tensors
+larger than a bucket included; read back through `RolloutHttpServer.served_weights`), bad input answered with a
+4xx naming the problem (the server keeps serving), a hung engine answered with a 504 within the configured time,
+and a clean shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 import socket
 import time
@@ -28,17 +31,18 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from tensordict import TensorDictBase
 
 from verl_core.config.rollout import RolloutConfig
 from verl_core.rollout.client import RolloutClient
 from verl_core.rollout.errors import NotReadyError, WeightSyncError
 from verl_core.rollout.protocol import GenerateRequest
 from verl_core.rollout.server import RolloutHttpServer, ServerState
+from verl_core.rollout.tensor_payload import response_fields
 
-__all__ = ["ContractBackend", "ServerContractSuite", "hung_variant", "run"]
+__all__ = ["ContractBackend", "ServerContractSuite", "canonical", "hung_variant", "run"]
 
-_VOLATILE = {"request_id", "latency_s", "weight_version"}
-_UNKNOWN_KNOB = b'{"prompt_ids": [1], "sampling_params": {"no_such_knob": 1}}'
+_VOLATILE = {"request_id", "latency_s", "weight_version", "server_rank"}
 
 
 def run(coro: Any) -> Any:
@@ -60,7 +64,7 @@ class ContractBackend:
         weight_kind (`str`, *optional*, defaults to `"full"`): kind of `new_weights`.
         peft_config (`dict`, *optional*): PEFT config sent with LoRA weights.
         outputs_of (`Callable[[dict], Any]`, *optional*): the part of a response that compares equal for equal
-            generations (defaults to the response without id, latency and weight version).
+            generations (defaults to `canonical` of the response without id, latency and weight version).
     """
 
     server_cls: type[RolloutHttpServer]
@@ -76,7 +80,28 @@ class ContractBackend:
         """The comparable part of a response."""
         if self.outputs_of is not None:
             return self.outputs_of(dict(response))
-        return {k: v for k, v in response.items() if k not in _VOLATILE}
+        return canonical({k: v for k, v in response.items() if k not in _VOLATILE})
+
+
+def canonical(value: Any) -> Any:
+    """A form of a response value that compares with `==` bit for bit (tensors and TensorDicts included)."""
+    if isinstance(value, torch.Tensor):
+        data = value.detach().to("cpu").contiguous().reshape(-1)
+        raw = data.view(torch.uint8).numpy().tobytes() if data.numel() else b""
+        return ("tensor", str(value.dtype), tuple(value.shape), raw)
+    if isinstance(value, TensorDictBase):
+        items = {k: canonical(v) for k, v in value.items()}
+        return ("tensordict", tuple(value.batch_size), items)
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value
+
+
+def _fields(response: httpx.Response) -> dict[str, Any]:
+    """The fields of a /generate answer (binary tensor body or JSON)."""
+    return response_fields(response.content, response.headers.get("content-type"))
 
 
 def hung_variant(server_cls: type[RolloutHttpServer]) -> type[RolloutHttpServer]:
@@ -137,7 +162,7 @@ class ServerContractSuite:
         """Generate over HTTP and in Python give the same output and version."""
         over_http = http.post("/generate", json=backend.request)
         assert over_http.status_code == 200, over_http.text
-        body = over_http.json()
+        body = _fields(over_http)
         assert body["weight_version"] == server.weight_version
         assert body["finish_reason"] in ("stop", "length")
         in_process = run(server.generate(backend.request)).model_dump()
@@ -173,18 +198,18 @@ class ServerContractSuite:
 
     def test_contract_sleep_wake_round_trip(self, backend: ContractBackend, server, http) -> None:
         """Sleep refuses generates with 503; wake restores the same outputs."""
-        before = http.post("/generate", json=backend.request).json()
+        before = _fields(http.post("/generate", json=backend.request))
         assert http.post("/sleep", json={}).json()["state"] == ServerState.SLEEPING.value
         assert http.get("/ready").status_code == 503
         asleep = http.post("/generate", json=backend.request)
         assert asleep.status_code == 503 and "wake_up" in asleep.json()["error"]["message"]
         assert http.post("/wake_up", json={}).json()["state"] == ServerState.READY.value
-        after = http.post("/generate", json=backend.request).json()
+        after = _fields(http.post("/generate", json=backend.request))
         assert backend.outputs(after) == backend.outputs(before)
 
     def test_contract_update_weights_changes_output_and_version(self, backend: ContractBackend, server, http) -> None:
         """New weights change the output; the version is reported."""
-        before = http.post("/generate", json=backend.request).json()
+        before = _fields(http.post("/generate", json=backend.request))
         version = server.weight_version + 7
         weights = backend.new_weights(1)
         bucket = max(64, sum(t.numel() * t.element_size() for t in weights.values()) // 5)  # several buckets
@@ -192,13 +217,38 @@ class ServerContractSuite:
             weights, version=version, kind=backend.weight_kind,
             peft_config=backend.peft_config, bucket_bytes=bucket)))  # fmt: skip
         assert result["weight_version"] == version and result["num_buckets"] > 1
-        after = http.post("/generate", json=backend.request).json()
+        after = _fields(http.post("/generate", json=backend.request))
         assert after["weight_version"] == version
         assert backend.outputs(after) != backend.outputs(before)
         again = run(server.update_weights(backend.new_weights(1), version=version + 1, kind=backend.weight_kind,
                                           peft_config=backend.peft_config))  # fmt: skip
         assert again.weight_version == version + 1
         assert backend.outputs(run(server.generate(backend.request)).model_dump()) == backend.outputs(after)
+
+    @pytest.mark.parametrize("path", ["http", "python"])
+    def test_contract_served_weights_equal_sent(self, backend: ContractBackend, server, path) -> None:
+        """After update_weights every served tensor equals the one sent, tensors larger than a bucket included."""
+        weights = dict(backend.new_weights(3 if path == "http" else 4))
+        sizes = {name: t.numel() * t.element_size() for name, t in weights.items()}
+        bucket = max(64, max(sizes.values()) // 3)  # the largest tensor travels as >= 3 slices over HTTP
+        assert any(size > bucket for size in sizes.values()), "no tensor is larger than a bucket"
+        version = server.weight_version + 1
+        before = run(server.served_weights(list(weights), kind=backend.weight_kind))
+        assert any(not torch.equal(before[n], t.to(before[n].dtype)) for n, t in weights.items())
+        if path == "http":
+            result = run(_with_client(server.address, lambda c: c.update_weights(
+                weights, version=version, kind=backend.weight_kind, peft_config=backend.peft_config,
+                bucket_bytes=bucket)))  # fmt: skip
+            assert result["num_buckets"] > len([s for s in sizes.values() if s > bucket])
+        else:
+            run(server.update_weights(weights, version=version, kind=backend.weight_kind,
+                                      peft_config=backend.peft_config, bucket_bytes=bucket))  # fmt: skip
+        served = run(server.served_weights(list(weights), kind=backend.weight_kind))
+        differ = [n for n, t in weights.items() if not torch.equal(served[n], t.to(served[n].dtype))]
+        assert not differ, (
+            f"{len(differ)} of {len(weights)} served tensors differ from the sent ones, e.g. {differ[:3]}"
+        )
+        assert server.weight_version == version
 
     # ---- bad input ----------------------------------------------------------------------------
 
@@ -229,15 +279,17 @@ class ServerContractSuite:
         ("body", "status", "needle"),
         [
             pytest.param(b"{not json", 400, "malformed JSON", id="malformed-json"),
-            pytest.param(b'{"prompt_ids": [1], "colour": 1}', 422, "colour", id="unknown-field"),
+            pytest.param({"colour": 1}, 422, "colour", id="unknown-field"),
             pytest.param(b'{"prompt_ids": "abc"}', 422, "prompt_ids", id="wrong-type"),
-            pytest.param(b'{"prompt_ids": [1], "seed": -1}', 422, "seed", id="negative-seed"),
+            pytest.param({"seed": -1}, 422, "seed", id="negative-seed"),
             pytest.param(b"{}", 422, "exactly one", id="no-prompt"),
-            pytest.param(_UNKNOWN_KNOB, 422, "no_such_knob", id="unknown-sampling-param"),
+            pytest.param({"sampling_params": {"no_such_knob": 1}}, 422, "no_such_knob", id="unknown-sampling-param"),
         ],
     )
     def test_contract_bad_generate_request_is_4xx(self, backend, server, http, body, status, needle) -> None:
-        """Malformed or invalid generate bodies get a 4xx naming the problem."""
+        """Malformed or invalid generate bodies get a 4xx naming the problem (dicts change the valid request)."""
+        if isinstance(body, dict):
+            body = json.dumps({**backend.request, **body}).encode()
         response = http.post("/generate", content=body, headers={"content-type": "application/json"})
         assert response.status_code == status, response.text
         assert needle in response.json()["error"]["message"]

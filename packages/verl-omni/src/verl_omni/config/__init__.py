@@ -1,4 +1,4 @@
-"""Typed configs of verl-omni's training side (`actor_rollout_ref.actor.*`, `.ref.*`, `.model.*`)."""
+"""Typed configs of verl-omni (`actor_rollout_ref.actor.*`, `.ref.*`, `.model.*`, `.rollout.*`)."""
 
 from verl_omni.config.actor import (
     CheckpointConfig,
@@ -11,13 +11,29 @@ from verl_omni.config.actor import (
     torch_dtype_name,
 )
 from verl_omni.config.model import DiffusionModelConfig
+from verl_omni.config.rollout import (
+    DiffusionAgentLoopConfig,
+    DiffusionPipelineConfig,
+    DiffusionRolloutAlgoConfig,
+    DiffusionRolloutConfig,
+    DiffusionValAlgoConfig,
+    DiffusionValKwargsConfig,
+    DiffusionValPipelineConfig,
+)
 
 __all__ = [
     "CheckpointConfig",
     "DiffusionActorConfig",
+    "DiffusionAgentLoopConfig",
     "DiffusionLossConfig",
     "DiffusionModelConfig",
+    "DiffusionPipelineConfig",
     "DiffusionRefConfig",
+    "DiffusionRolloutAlgoConfig",
+    "DiffusionRolloutConfig",
+    "DiffusionValAlgoConfig",
+    "DiffusionValKwargsConfig",
+    "DiffusionValPipelineConfig",
     "FSDPEngineConfig",
     "OptimConfig",
     "WrapPolicyConfig",

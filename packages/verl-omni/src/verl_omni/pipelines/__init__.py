@@ -6,7 +6,12 @@ from verl_omni.pipelines.logprob import (
     QwenImagePipelineWithLogProb,
     StableDiffusion3PipelineWithLogProb,
 )
-from verl_omni.pipelines.sampling import LogProbPipelineOutput, make_generators, sample_with_logprob
+from verl_omni.pipelines.sampling import (
+    GenerationAborted,
+    LogProbPipelineOutput,
+    make_generators,
+    sample_with_logprob,
+)
 
 LOGPROB_PIPELINES = {"qwen_image": QwenImagePipelineWithLogProb, "sd3": StableDiffusion3PipelineWithLogProb}
 """Log-prob pipeline class per registered adapter name."""
@@ -14,6 +19,7 @@ LOGPROB_PIPELINES = {"qwen_image": QwenImagePipelineWithLogProb, "sd3": StableDi
 __all__ = [
     "LOGPROB_PIPELINES",
     "DiffusionSamplingConfig",
+    "GenerationAborted",
     "LogProbPipelineMixin",
     "LogProbPipelineOutput",
     "QwenImagePipelineWithLogProb",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -49,6 +50,8 @@ class LogProbPipelineMixin:
         prompts: list[str],
         config: DiffusionSamplingConfig | None = None,
         generator: torch.Generator | list[torch.Generator] | None = None,
+        *,
+        should_abort: Callable[[], bool] | None = None,
         **overrides: Any,
     ) -> LogProbPipelineOutput:
         """Generate `n` images per prompt and return them with the trajectory (see `sample_with_logprob`).
@@ -57,6 +60,8 @@ class LogProbPipelineMixin:
             prompts (`list[str]`): prompts.
             config (`DiffusionSamplingConfig`, *optional*): sampling parameters (defaults when None).
             generator (`torch.Generator` or list, *optional*): noise source, one per row when a list.
+            should_abort (`Callable[[], bool]`, *optional*): checked before every step; True raises
+                `GenerationAborted` (see `sample_with_logprob`).
             **overrides: fields of `DiffusionSamplingConfig` replacing those of `config`.
 
         Returns:
@@ -65,7 +70,9 @@ class LogProbPipelineMixin:
         config = config or DiffusionSamplingConfig()
         if overrides:
             config = dataclasses.replace(config, **overrides)
-        return sample_with_logprob(self, self.adapter, self.sde_scheduler, prompts, config, generator)
+        return sample_with_logprob(
+            self, self.adapter, self.sde_scheduler, prompts, config, generator, should_abort=should_abort
+        )
 
 
 class QwenImagePipelineWithLogProb(LogProbPipelineMixin, QwenImagePipeline):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,16 @@ from verl_omni.pipelines.config import DiffusionSamplingConfig
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler, draw_sde_window
 from verl_omni.schedulers.settings import setting_code
 
-__all__ = ["LogProbPipelineOutput", "make_generators", "sample_with_logprob"]
+__all__ = ["GenerationAborted", "LogProbPipelineOutput", "make_generators", "sample_with_logprob"]
+
+
+class GenerationAborted(RuntimeError):
+    """Raised by `sample_with_logprob` when its `should_abort` callback asked it to stop before step `step`."""
+
+    def __init__(self, step: int, num_steps: int) -> None:
+        self.step = step
+        self.num_steps = num_steps
+        super().__init__(f"generation aborted before denoising step {step} of {num_steps}")
 
 
 @dataclass
@@ -44,6 +54,7 @@ def sample_with_logprob(
     generator: torch.Generator | list[torch.Generator] | None = None,
     *,
     decode: bool = True,
+    should_abort: Callable[[], bool] | None = None,
 ) -> LogProbPipelineOutput:
     """Generate `config.n` images per prompt and record the SDE-window trajectory.
 
@@ -59,12 +70,15 @@ def sample_with_logprob(
         generator (`torch.Generator` or list of `B`, *optional*): noise source; `config.seed` builds one
             generator per row when this is None.
         decode (`bool`, defaults to `True`): decode images (else `images` is an empty uint8 tensor).
+        should_abort (`Callable[[], bool]`, *optional*): checked before every denoising step and before decoding;
+            when it returns True the call stops and raises `GenerationAborted` (a rollout server's abort).
 
     Returns:
         [`LogProbPipelineOutput`].
 
     Raises:
         ValueError: empty or non-string prompts, a generator list of the wrong length.
+        GenerationAborted: `should_abort` returned True.
     """
     # 1. Check inputs
     if isinstance(prompts, str) or not prompts or not all(isinstance(p, str) for p in prompts):
@@ -111,6 +125,8 @@ def sample_with_logprob(
 
     # 5. Denoising loop
     for i in range(steps):
+        if should_abort is not None and should_abort():
+            raise GenerationAborted(i, steps)
         begins = [r for r in range(batch) if starts[r] == i]
         if begins:
             window_latents[begins, 0] = latents[begins]
@@ -146,6 +162,8 @@ def sample_with_logprob(
                 window_log_probs[inside, pos] = out.log_prob[inside].to(window_log_probs.dtype)
 
     # 6. Decode
+    if should_abort is not None and should_abort():
+        raise GenerationAborted(steps, steps)
     images = adapter.decode(pipe, latents, height, width) if decode else torch.empty(0, dtype=torch.uint8)
     pipe.maybe_free_model_hooks()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -13,9 +13,14 @@ from tensordict import TensorDict
 from verl_omni.models.base import get_class
 from verl_omni.pipelines import LOGPROB_PIPELINES, DiffusionSamplingConfig
 
-__all__ = ["DiffusersRolloutEngine"]
+__all__ = ["DiffusersRolloutEngine", "canonical_weight_name"]
 
 _PREFIXES = ("base_model.model.", "transformer.", "module.", "_fsdp_wrapped_module.")
+
+
+def canonical_weight_name(name: str) -> str:
+    """`name` without the wrapper prefixes a trainer may send (`base_model.model.`, `transformer.`, ...)."""
+    return _strip(name)
 
 
 def _strip(name: str) -> str:
@@ -76,9 +81,16 @@ class DiffusersRolloutEngine:
         prompts: list[str],
         sampling: DiffusionSamplingConfig | None = None,
         generator: torch.Generator | list[torch.Generator] | None = None,
+        *,
+        should_abort: Callable[[], bool] | None = None,
     ) -> TensorDict:
-        """Generate `n` images per prompt; return the trajectory TensorDict (images under `"images"`)."""
-        out = self.pipeline.generate_with_logprob(prompts, sampling or self.sampling, generator)
+        """Generate `n` images per prompt; return the trajectory TensorDict (images under `"images"`).
+
+        `should_abort` is checked before every denoising step; when it returns True, `GenerationAborted` is raised.
+        """
+        out = self.pipeline.generate_with_logprob(
+            prompts, sampling or self.sampling, generator, should_abort=should_abort
+        )
         return out.trajectory
 
     # ---- weight sync ------------------------------------------------------------------------------
@@ -123,6 +135,33 @@ class DiffusersRolloutEngine:
         self.weight_version += 1
         return len(items)
 
+    def weight_table(self, *, lora: bool, adapter_name: str = "default") -> dict[str, torch.Tensor]:
+        """The tensors `update_weights` writes into, by canonical name (LoRA names without the adapter name).
+
+        Full: every non-LoRA entry of the transformer's state dict (persistent buffers included; base weights
+        under a LoRA adapter also by their plain name). LoRA: the adapter's `lora_A` / `lora_B` weights, named as
+        `peft.get_peft_model_state_dict` names them; empty when no adapter is loaded.
+        """
+        return self._param_index(adapter_name, lora=lora)
+
+    @property
+    def lora_adapters(self) -> dict[str, Any]:
+        """The peft configs of the loaded LoRA adapters, by adapter name."""
+        return dict(getattr(self.transformer, "peft_config", None) or {})
+
+    def add_lora(self, lora_config: Any, adapter_name: str = "default") -> None:
+        """Add a LoRA adapter (peft `LoraConfig` or its dict) to the transformer; a no-op if one has that name.
+
+        Raises:
+            ValueError: the config wraps no module of the transformer (names `target_modules`).
+        """
+        self._ensure_lora(lora_config, adapter_name)
+
+    def remove_lora(self, adapter_name: str = "default") -> None:
+        """Remove the LoRA adapter `adapter_name` (the plain base weights are served again)."""
+        if adapter_name in self.lora_adapters:
+            self.transformer.delete_adapters(adapter_name)
+
     def _ensure_lora(self, lora_config: Any, adapter_name: str) -> None:
         from peft import LoraConfig
 
@@ -139,8 +178,11 @@ class DiffusersRolloutEngine:
             transformer.add_adapter(cfg, adapter_name=adapter_name)
         except ValueError as e:
             (getattr(transformer, "peft_config", None) or {}).pop(adapter_name, None)
+            if not hasattr(transformer, "peft_config"):  # peft dropped it: let the next add_adapter start afresh
+                transformer._hf_peft_config_loaded = False
             raise ValueError(f"{message} ({e})") from e
         if not any(f"lora_A.{adapter_name}." in n for n, _ in transformer.named_parameters()):
+            self.remove_lora(adapter_name)
             raise ValueError(message)
 
     def _param_index(self, adapter_name: str, *, lora: bool) -> dict[str, torch.Tensor]:

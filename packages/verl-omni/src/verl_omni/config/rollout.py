@@ -1,0 +1,284 @@
+"""`actor_rollout_ref.rollout.*`: the diffusion rollout config, a `verl_core` `RolloutConfig` with verl-omni's keys.
+
+Key names follow verl-omni's `diffusion_trainer` schema (flat list in ref/legacy_keys/): `n`, `dtype`,
+`pipeline.*`, `algo.*`, `val_kwargs.*`, `external_lib`, `agent.default_agent_loop`, plus verl-core's server keys
+(timeouts, limits, binding, sleep level, engine sizing). Keys of features this project does not have (video
+`num_frames` / `frame_rate`, `aspect_ratio`, progressive SDE windows, non-contiguous windows, LLM sampling) are
+not accepted. `sampling_config(model)` and `val_sampling_config(model)` turn it into the
+`DiffusionSamplingConfig` of one training or validation generate call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Literal
+
+from verl_core.config import BaseConfig, RolloutConfig
+from verl_core.config.rollout import ModelConfig, SamplingConfig
+from verl_omni.config.actor import torch_dtype_name
+
+if TYPE_CHECKING:
+    from verl_omni.pipelines.config import DiffusionSamplingConfig
+
+__all__ = [
+    "GUIDANCE_KEY",
+    "DiffusionAgentLoopConfig",
+    "DiffusionPipelineConfig",
+    "DiffusionRolloutAlgoConfig",
+    "DiffusionRolloutConfig",
+    "DiffusionValAlgoConfig",
+    "DiffusionValKwargsConfig",
+    "DiffusionValPipelineConfig",
+]
+
+#: which pipeline key carries the CFG weight of each model (see `DiffusionRolloutConfig.sampling_config`)
+GUIDANCE_KEY = {"qwen_image": "true_cfg_scale", "sd3": "guidance_scale"}
+
+
+@dataclasses.dataclass
+class DiffusionPipelineConfig(BaseConfig):
+    """`rollout.pipeline.*`: image size, steps and guidance of the rollout pipeline.
+
+    Args:
+        height (`int`): image height in pixels.
+        width (`int`): image width in pixels.
+        num_inference_steps (`int`): denoising steps N.
+        true_cfg_scale (`float`): Qwen-Image's true CFG weight (norm-rescaled); 1 disables it.
+        max_sequence_length (`int`): text tokens the prompt embeddings are padded to.
+        guidance_scale (`float`, *optional*): SD3's CFG weight; null = no CFG (1.0). Qwen-Image takes its CFG
+            from `true_cfg_scale` and refuses a non-null value (it has no guidance embedding).
+    """
+
+    height: int = 512
+    width: int = 512
+    num_inference_steps: int = 10
+    true_cfg_scale: float = 1.0
+    max_sequence_length: int = 512
+    guidance_scale: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require("height", self.height >= 16, "an int >= 16")
+        self._require("width", self.width >= 16, "an int >= 16")
+        self._require("num_inference_steps", self.num_inference_steps >= 1, "an int >= 1")
+        self._require("true_cfg_scale", self.true_cfg_scale >= 0, "a float >= 0")
+        self._require("max_sequence_length", 1 <= self.max_sequence_length <= 1024, "an int in [1, 1024]")
+        self._require("guidance_scale", self.guidance_scale is None or self.guidance_scale >= 0, "null or >= 0")
+
+
+@dataclasses.dataclass
+class DiffusionRolloutAlgoConfig(BaseConfig):
+    """`rollout.algo.*`: the SDE sampler of training rollouts.
+
+    Args:
+        noise_level (`float`): `a` inside the SDE window.
+        sde_type (`str`): `"sde"` (Flow-SDE) or `"cps"` (coefficients-preserving).
+        sde_window_size (`int`, *optional*): K stochastic (trained) steps; null = all steps but the last.
+        sde_window_range (`list[int]`, *optional*): `[r0, r1]`; each training step draws one window start from
+            `{r0 .. r1 - K}` (`sde_window_seed`, step) and pins it for every request of that step. Null = `[0, N-1]`.
+        sde_contiguous (`bool`): only `true` (contiguous windows) is implemented.
+        sample_strategy (`str`): only `"random"` (a window drawn per training step) is implemented.
+        sde_window_seed (`int`): seed of the per-step window draws.
+        cps_logprob (`str`): `"exact"` or `"legacy"` (tempered cps log-prob of older releases); this project's key.
+    """
+
+    noise_level: float = 1.0
+    sde_type: Literal["sde", "cps"] = "sde"
+    sde_window_size: int | None = None
+    sde_window_range: list[int] | None = None
+    sde_contiguous: bool = True
+    sample_strategy: Literal["random"] = "random"
+    sde_window_seed: int = 0
+    cps_logprob: Literal["exact", "legacy"] = "exact"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require("noise_level", self.noise_level >= 0, "a float >= 0")
+        self._require("sde_window_size", self.sde_window_size is None or self.sde_window_size >= 1, "null or >= 1")
+        rng = self.sde_window_range
+        self._require("sde_window_range", rng is None or (len(rng) == 2 and 0 <= rng[0] <= rng[1]), "null or [r0, r1]")
+        self._require("sde_window_range", rng is None or self.sde_window_size is not None, "null without a window size")
+        self._require("sde_contiguous", self.sde_contiguous, "true (non-contiguous SDE windows are not implemented)")
+
+
+@dataclasses.dataclass
+class DiffusionValPipelineConfig(BaseConfig):
+    """`rollout.val_kwargs.pipeline.*`: validation overrides of `rollout.pipeline.*`; null keeps the training value."""
+
+    height: int | None = None
+    width: int | None = None
+    num_inference_steps: int | None = 50
+    true_cfg_scale: float | None = None
+    max_sequence_length: int | None = None
+    guidance_scale: float | None = None
+
+
+@dataclasses.dataclass
+class DiffusionValAlgoConfig(BaseConfig):
+    """`rollout.val_kwargs.algo.*`: validation overrides of `rollout.algo.*`; null keeps the training value.
+
+    The default `noise_level: 0.0` samples validation images with the deterministic ODE.
+    """
+
+    noise_level: float | None = 0.0
+    sde_type: Literal["sde", "cps"] | None = None
+    sde_window_size: int | None = None
+    sde_window_range: list[int] | None = None
+    sde_contiguous: bool | None = None
+
+
+@dataclasses.dataclass
+class DiffusionValKwargsConfig(BaseConfig):
+    """`rollout.val_kwargs.*`: how validation images are sampled.
+
+    Args:
+        n (`int`): images per validation prompt.
+        seed (`int`, *optional*): base seed of validation requests (null: the trainer's seed).
+        pipeline (`DiffusionValPipelineConfig`): overrides of `rollout.pipeline.*` (default 50 steps).
+        algo (`DiffusionValAlgoConfig`): overrides of `rollout.algo.*` (default noise level 0, the ODE).
+    """
+
+    n: int = 1
+    seed: int | None = None
+    pipeline: DiffusionValPipelineConfig = dataclasses.field(default_factory=DiffusionValPipelineConfig)
+    algo: DiffusionValAlgoConfig = dataclasses.field(default_factory=DiffusionValAlgoConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require("n", self.n >= 1, "an int >= 1")
+
+
+@dataclasses.dataclass
+class DiffusionAgentLoopConfig(BaseConfig):
+    """`rollout.agent.*`: the agent loop that turns prompts into requests (`verl_omni.rollout.agent_loop`)."""
+
+    default_agent_loop: str = "diffusion_single_turn_agent"
+
+
+@dataclasses.dataclass
+class DiffusionRolloutConfig(RolloutConfig):
+    """The diffusion rollout: verl-core's server keys plus verl-omni's `n`, `dtype`, `pipeline`, `algo`, `val_kwargs`.
+
+    `RolloutReplica` launches the backend `name` (default `"diffusers"`) with this config; `model` is filled by
+    the trainer from `actor_rollout_ref.model.path` (`with_model`). Inherited LLM-only keys keep their
+    defaults: `sampling` must stay at them (diffusion sampling is `pipeline.*` / `algo.*`).
+
+    Args:
+        n (`int`): images per prompt (the GRPO group size).
+        dtype (`str`): rollout weight dtype (`bfloat16`/`bf16`, `float32`/`fp32`, `float16`/`fp16`); trajectories
+            are float32 either way.
+        seed (`int`, *optional*): seed of requests that carry none (server rank `r` uses `seed + r`); null draws
+            from the OS.
+        external_lib (`str`, *optional*): module imported to register more model adapters.
+        pipeline (`DiffusionPipelineConfig`): image size, steps, guidance.
+        algo (`DiffusionRolloutAlgoConfig`): the SDE sampler.
+        val_kwargs (`DiffusionValKwargsConfig`): validation overrides.
+        agent (`DiffusionAgentLoopConfig`): the agent loop name.
+        free_cache_engine (`bool`): sleep the servers between rollout and training (colocated mode).
+
+    Raises:
+        ConfigValueError: a value out of range, or LLM `sampling` keys set (names the key).
+    """
+
+    model: ModelConfig | None = None  # type: ignore[assignment]
+    name: str = "diffusers"
+    seed: int | None = None  # type: ignore[assignment]
+    n: int = 1
+    dtype: str = "bfloat16"
+    external_lib: str | None = None
+    free_cache_engine: bool = True
+    pipeline: DiffusionPipelineConfig = dataclasses.field(default_factory=DiffusionPipelineConfig)
+    algo: DiffusionRolloutAlgoConfig = dataclasses.field(default_factory=DiffusionRolloutAlgoConfig)
+    val_kwargs: DiffusionValKwargsConfig = dataclasses.field(default_factory=DiffusionValKwargsConfig)
+    agent: DiffusionAgentLoopConfig = dataclasses.field(default_factory=DiffusionAgentLoopConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require("n", self.n >= 1, "an int >= 1 (the group size)")
+        try:
+            torch_dtype_name(self.dtype)
+        except ValueError:
+            self._require("dtype", False, "one of bfloat16/bf16, float32/fp32, float16/fp16")
+        self._require(
+            "sampling", self.sampling == SamplingConfig(), "the LLM defaults (diffusion sampling is pipeline.*/algo.*)"
+        )
+        self.sampling_config(None)  # check the pipeline/algo combination once, at construction
+        self.val_sampling_config(None)
+
+    @property
+    def torch_dtype(self) -> Any:
+        """`dtype` as a `torch.dtype`."""
+        import torch
+
+        return getattr(torch, torch_dtype_name(self.dtype))
+
+    def with_model(self, path: str, **model: Any) -> DiffusionRolloutConfig:
+        """A copy serving the pipeline folder `path` (`actor_rollout_ref.model.path`); `model` adds ModelConfig keys."""
+        return dataclasses.replace(self, model=ModelConfig(path=str(path), **model))
+
+    def sampling_config(self, model: str | None, **overrides: Any) -> DiffusionSamplingConfig:
+        """The `DiffusionSamplingConfig` of a training rollout request (see `_sampling` for the mapping)."""
+        return _sampling(self.n, self.pipeline.to_dict(), self.algo.to_dict(), model, "", overrides)
+
+    def val_sampling_config(self, model: str | None, **overrides: Any) -> DiffusionSamplingConfig:
+        """The `DiffusionSamplingConfig` of a validation request: `val_kwargs` over the training keys."""
+        val = self.val_kwargs
+        pipeline = {**self.pipeline.to_dict(), **{k: v for k, v in val.pipeline.to_dict().items() if v is not None}}
+        algo = {**self.algo.to_dict(), **{k: v for k, v in val.algo.to_dict().items() if v is not None}}
+        return _sampling(val.n, pipeline, algo, model, "val_kwargs.", overrides)
+
+
+def _sampling(
+    n: int, pipeline: dict[str, Any], algo: dict[str, Any], model: str | None, where: str, overrides: dict[str, Any]
+) -> DiffusionSamplingConfig:
+    """Map `pipeline.*` / `algo.*` onto `DiffusionSamplingConfig`.
+
+    Guidance: Qwen-Image's `true_cfg_scale` and SD3's `guidance_scale` both become `guidance_scale` (the CFG weight
+    the adapter applies: norm-rescaled true CFG for Qwen-Image, plain CFG for SD3). For Qwen-Image a non-null
+    `pipeline.guidance_scale` is refused (no guidance embedding); for SD3 a `true_cfg_scale` other than 1 is refused
+    (SD3's CFG is `guidance_scale`). Other models (`model=None` or an external adapter) take `guidance_scale` when
+    set, else `true_cfg_scale`. A null `sde_window_size` becomes 0 (no window: all steps but the last).
+    """
+    from verl_core.config.errors import ConfigValueError
+    from verl_omni.pipelines.config import DiffusionSamplingConfig
+
+    key = GUIDANCE_KEY.get(model or "")
+    true_cfg, guidance = pipeline["true_cfg_scale"], pipeline["guidance_scale"]
+    if key == "true_cfg_scale" and guidance is not None:
+        raise ConfigValueError(
+            f"Qwen-Image has no guidance embedding; set its CFG weight with {where}pipeline.true_cfg_scale and leave "
+            f"guidance_scale null, got {guidance!r}",
+            key=f"{where}pipeline.guidance_scale",
+            owner="DiffusionRolloutConfig",
+        )
+    if key == "guidance_scale" and true_cfg != 1.0:
+        raise ConfigValueError(
+            f"SD3's CFG weight is {where}pipeline.guidance_scale; true_cfg_scale is Qwen-Image's, got {true_cfg!r}",
+            key=f"{where}pipeline.true_cfg_scale",
+            owner="DiffusionRolloutConfig",
+        )
+    if key == "true_cfg_scale":
+        scale = true_cfg
+    elif key == "guidance_scale":
+        scale = 1.0 if guidance is None else guidance
+    else:
+        scale = true_cfg if guidance is None else guidance
+    fields = {
+        "n": n,
+        "num_inference_steps": pipeline["num_inference_steps"],
+        "height": pipeline["height"],
+        "width": pipeline["width"],
+        "max_sequence_length": pipeline["max_sequence_length"],
+        "guidance_scale": float(scale),
+        "noise_level": algo["noise_level"],
+        "sde_type": algo["sde_type"],
+        "cps_logprob": algo["cps_logprob"],
+        "sde_window_size": algo["sde_window_size"] or 0,
+        "sde_window_range": algo["sde_window_range"],
+        **overrides,
+    }
+    try:
+        return DiffusionSamplingConfig(**fields)
+    except ConfigValueError as e:
+        section = "pipeline" if e.key in pipeline or e.key == "guidance_scale" else "algo"
+        raise ConfigValueError(e.body, key=f"{where}{section}.{e.key}", owner="DiffusionRolloutConfig") from e

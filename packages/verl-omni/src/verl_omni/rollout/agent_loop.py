@@ -1,0 +1,250 @@
+"""The diffusion agent loop: prompts to one request per prompt (a group of `n`) to one TensorDict of trajectories.
+
+Agent loops are registered by name (`register_agent_loop`); `diffusion_single_turn_agent`, the name verl-omni's
+`rollout.agent.default_agent_loop` uses, is `DiffusionAgentLoop`. A loop talks to anything with an async
+`generate(request)`: a `RolloutReplica`, a `RolloutRouter`, a `RolloutClient` or a server in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from tensordict import TensorDict
+
+from verl_core.rollout.errors import RolloutError
+from verl_omni.pipelines.config import DiffusionSamplingConfig
+from verl_omni.rollout.protocol import REQUEST_KEYS
+
+__all__ = [
+    "AgentLoopError",
+    "DiffusionAgentLoop",
+    "DiffusionRolloutOutput",
+    "GenerateBackend",
+    "get_agent_loop",
+    "pin_sde_window",
+    "register_agent_loop",
+]
+
+_AGENT_LOOPS: dict[str, type] = {}
+
+
+def register_agent_loop(name: str) -> Callable[[type], type]:
+    """Class decorator: register an agent loop under `name`.
+
+    Raises:
+        ValueError: `name` is taken by another class.
+    """
+
+    def deco(cls: type) -> type:
+        other = _AGENT_LOOPS.get(name)
+        if other is not None and other is not cls:
+            raise ValueError(f"agent loop {name!r} is already registered to {other.__qualname__}")
+        _AGENT_LOOPS[name] = cls
+        return cls
+
+    return deco
+
+
+def get_agent_loop(name: str) -> type:
+    """The agent loop class registered as `name` (`rollout.agent.default_agent_loop`).
+
+    Raises:
+        KeyError: no loop has that name (the message lists the registered ones).
+    """
+    try:
+        return _AGENT_LOOPS[name]
+    except KeyError:
+        known = ", ".join(sorted(_AGENT_LOOPS))
+        raise KeyError(f"rollout.agent.default_agent_loop: unknown agent loop {name!r}; registered: {known}") from None
+
+
+class GenerateBackend(Protocol):
+    """What an agent loop sends requests to (`RolloutReplica`, `RolloutRouter`, `RolloutClient`, a server)."""
+
+    async def generate(self, request: Mapping[str, Any]) -> Any:
+        """Serve one request; return its fields (a mapping or a pydantic response)."""
+        ...
+
+
+class AgentLoopError(RuntimeError):
+    """A request of the agent loop failed; the message names the prompt index and the server."""
+
+    def __init__(self, message: str, *, prompt_index: int, server_rank: int | None) -> None:
+        self.prompt_index = prompt_index
+        self.server_rank = server_rank
+        super().__init__(message)
+
+
+@dataclasses.dataclass
+class DiffusionRolloutOutput:
+    """What one agent-loop call returns.
+
+    Args:
+        trajectory (`TensorDict` of batch `[len(prompts) * n]`): every request's trajectory, prompt-major, with
+            per-row `prompt_index` (global, int64), `seed` (the row's seed), `weight_version` and `server_rank`
+            (int64; -1 when the backend does not say) added.
+        weight_versions (`list[int]`): the weight version each request (prompt) was served with.
+        server_ranks (`list[int]`): the server rank that served each request (-1 when unknown).
+        seeds (`list[int]`): the base seed of each request (its rows used `seed + r`).
+        latency_s (`list[float]`): seconds each request took, as the agent loop saw it.
+    """
+
+    trajectory: TensorDict
+    weight_versions: list[int]
+    server_ranks: list[int]
+    seeds: list[int]
+    latency_s: list[float]
+
+
+def pin_sde_window(sampling: DiffusionSamplingConfig, step: int, seed: int = 0) -> DiffusionSamplingConfig:
+    """Draw the SDE window of training step `step` once and pin it (`sde_window_range = [s, s + K]`).
+
+    Every request of a step then shares the window: per-request windows inflate the reward std and collapse
+    training (arch_and_perf.md B#8). The start `s` is uniform in `{r0 .. r1 - K}` from `random.Random((seed,
+    step))`, so a step's window depends only on the seed and the step (not on batching or request order). No
+    window (`sde_window_size == 0`) is returned unchanged.
+    """
+    k = sampling.sde_window_size
+    if k == 0:
+        return sampling
+    r0, r1 = sampling.sde_window_range or (0, sampling.num_inference_steps - 1)
+    start = random.Random(f"sde-window/{seed}/{step}").randint(r0, r1 - k)
+    return sampling.evolve(sde_window_range=[start, start + k])
+
+
+@register_agent_loop("diffusion_single_turn_agent")
+class DiffusionAgentLoop:
+    """One request per prompt, all in flight together, each bounded by a timeout; trajectories concatenated.
+
+    Args:
+        backend (`GenerateBackend`): where requests go (a replica, router, client or server in-process).
+        timeout_s (`float`, *optional*, defaults to `600.0`): longest one request may take (also sent as the
+            request's `timeout_s`, so the server stops working on it too).
+        max_concurrency (`int`, *optional*): requests in flight at once; None sends all at once.
+    """
+
+    def __init__(self, backend: GenerateBackend, *, timeout_s: float = 600.0, max_concurrency: int | None = None):
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s: expected a timeout in seconds > 0, got {timeout_s!r}")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError(f"max_concurrency: expected None or an int >= 1, got {max_concurrency!r}")
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.max_concurrency = max_concurrency
+
+    async def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        sampling: DiffusionSamplingConfig,
+        seed: int,
+        negative_prompts: Sequence[str | None] | None = None,
+        request_id_prefix: str | None = None,
+    ) -> DiffusionRolloutOutput:
+        """Send one request per prompt and return every trajectory in one TensorDict.
+
+        Args:
+            prompts (`Sequence[str]`): the prompts; prompt `i` becomes request `i` with `sampling.n` images.
+            sampling (`DiffusionSamplingConfig`): the parameters every request carries (pin the SDE window first
+                with `pin_sde_window`); its `seed` and `negative_prompt` are replaced per request.
+            seed (`int`): base seed; request `i` is seeded `seed + i * n`, so global row `j` uses `seed + j`.
+            negative_prompts (`Sequence[str | None]`, *optional*): one per prompt (None = the model's default).
+            request_id_prefix (`str`, *optional*): request ids are `{prefix}-{i}` (to abort them by id).
+
+        Raises:
+            ValueError: no prompts, or `negative_prompts` of another length.
+            AgentLoopError: a request failed, timed out or was aborted (names the prompt index and the server).
+        """
+        if isinstance(prompts, str) or not prompts:
+            raise ValueError(f"prompts: expected a non-empty sequence of str, got {prompts!r:.80}")
+        if negative_prompts is not None and len(negative_prompts) != len(prompts):
+            raise ValueError(f"negative_prompts: {len(negative_prompts)} given for {len(prompts)} prompts")
+        n = sampling.n
+        params = {k: v for k, v in sampling.to_dict().items() if k not in REQUEST_KEYS}
+        requests = []
+        for i, prompt in enumerate(prompts):
+            request: dict[str, Any] = {"prompt": prompt, "seed": seed + i * n, "sampling_params": params,
+                                       "timeout_s": self.timeout_s}  # fmt: skip
+            if negative_prompts is not None and negative_prompts[i] is not None:
+                request["negative_prompt"] = negative_prompts[i]
+            if request_id_prefix is not None:
+                request["request_id"] = f"{request_id_prefix}-{i}"
+            requests.append(request)
+        limit = asyncio.Semaphore(self.max_concurrency or len(requests))
+        tasks = [asyncio.ensure_future(self._one(i, r, limit)) for i, r in enumerate(requests)]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+        failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
+        if failed:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise failed[0].exception()
+        results = [t.result() for t in tasks]
+        return _concat(results, [r["seed"] for r in requests], n)
+
+    async def _one(self, index: int, request: dict[str, Any], limit: asyncio.Semaphore) -> tuple[dict, int, float]:
+        async with limit:
+            start = time.perf_counter()
+            try:
+                response = await asyncio.wait_for(self.backend.generate(request), self.timeout_s + 5.0)
+            except asyncio.TimeoutError as e:
+                if isinstance(e, RolloutError):  # the server's EngineTimeoutError is a TimeoutError too
+                    raise self._failed(index, e) from e
+                raise AgentLoopError(
+                    f"request for prompt {index} got no answer within {self.timeout_s + 5.0:g} s",
+                    prompt_index=index,
+                    server_rank=None,
+                ) from None
+            except Exception as e:
+                raise self._failed(index, e) from e
+            fields = dict(response) if not isinstance(response, Mapping) else response
+            rank = fields.get("server_rank", getattr(self.backend, "rank", -1))
+            if fields.get("finish_reason") != "stop" or fields.get("trajectory") is None:
+                raise AgentLoopError(
+                    f"request for prompt {index} on server rank {rank} finished with reason "
+                    f"{fields.get('finish_reason')!r} and no trajectory",
+                    prompt_index=index,
+                    server_rank=rank,
+                )
+            return fields, int(rank if rank is not None else -1), time.perf_counter() - start
+
+    def _failed(self, index: int, e: Exception) -> AgentLoopError:
+        rank = getattr(e, "server_rank", getattr(e, "rank", getattr(self.backend, "rank", None)))
+        where = f"server rank {rank}" if rank is not None else "the rollout backend"
+        message = f"request for prompt {index} failed on {where}: {type(e).__name__}: {e}"
+        return AgentLoopError(message, prompt_index=index, server_rank=rank)
+
+
+def _concat(results: list[tuple[dict, int, float]], seeds: list[int], n: int) -> DiffusionRolloutOutput:
+    parts = []
+    for i, (fields, rank, _) in enumerate(results):
+        traj = fields["trajectory"]
+        rows = traj.batch_size[0]
+        if rows != n:
+            raise AgentLoopError(
+                f"request for prompt {i} on server rank {rank} returned {rows} rows, expected n={n}",
+                prompt_index=i,
+                server_rank=rank,
+            )
+        traj = traj.clone(False)  # a shallow copy: the keys set below do not touch the server's object
+        traj.set("prompt_index", torch.full((rows,), i, dtype=torch.long))
+        traj.set("seed", seeds[i] + torch.arange(rows, dtype=torch.long))
+        traj.set("weight_version", torch.full((rows,), int(fields["weight_version"]), dtype=torch.long))
+        traj.set("server_rank", torch.full((rows,), rank, dtype=torch.long))
+        parts.append(traj)
+    return DiffusionRolloutOutput(
+        trajectory=torch.cat(parts, dim=0),
+        weight_versions=[int(f["weight_version"]) for f, _, _ in results],
+        server_ranks=[rank for _, rank, _ in results],
+        seeds=list(seeds),
+        latency_s=[t for _, _, t in results],
+    )

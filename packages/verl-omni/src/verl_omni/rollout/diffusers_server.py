@@ -1,0 +1,337 @@
+"""`DiffusersHttpServer`: the embedded diffusion rollout backend `diffusers`, one `DiffusersRolloutEngine` each."""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import threading
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncError
+from verl_core.rollout.server import RolloutHttpServer
+from verl_core.rollout.weights import TensorSpec, WeightKind, WeightUpdate, check_manifest
+from verl_omni.config.rollout import DiffusionRolloutConfig
+from verl_omni.pipelines import DiffusionSamplingConfig, GenerationAborted, make_generators
+from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine, canonical_weight_name
+from verl_omni.rollout.protocol import (
+    DiffusionGenerateRequest,
+    DiffusionGenerateResponse,
+    parse_diffusion_sampling_params,
+)
+
+__all__ = ["DiffusersHttpServer"]
+
+_DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class DiffusersHttpServer(RolloutHttpServer):
+    """Serve FlowGRPO trajectories from a diffusers pipeline folder, in-process (CPU or one GPU).
+
+    One request is one prompt with `n` images (rows seeded `seed + r`); the answer carries the trajectory
+    TensorDict, sent as binary tensors over HTTP (`verl_omni.rollout.protocol`). Requests run one at a time on
+    the engine thread; `abort` stops a request before its next denoising step (reason `"abort"`, no trajectory).
+
+    Sleep: level 1 moves the pipeline to host memory (a no-op on CPU); level 2 drops it and `wake_up` reloads
+    the folder and re-applies the last LoRA adapter, so the served weight version stays right. Level 2 is refused
+    after a full weight update (the folder no longer holds the served weights). Weight sync goes through
+    `DiffusersRolloutEngine.update_weights`: full transformer tensors (names as in its state dict; prefixes such
+    as `transformer.` or `base_model.model.` are stripped) copied bucket by bucket, slices of large tensors
+    written in place; LoRA tensors (as `peft.get_peft_model_state_dict` names them) with their peft config,
+    loaded at the end of the update. The manifest is checked before a byte is applied; a LoRA config that binds
+    no module is refused naming `target_modules`; a rejected LoRA update leaves the served adapter as it was.
+
+    Args:
+        config (`RolloutConfig`): a `DiffusionRolloutConfig` (its `pipeline`/`algo` give the default sampling
+            parameters, `dtype` the weight dtype) or a plain `RolloutConfig` (defaults of `DiffusionSamplingConfig`,
+            `model.dtype`); `model.path` is a diffusers pipeline folder.
+        rank (`int`, *optional*, defaults to `0`): server rank (requests without a seed draw from `seed + rank`).
+
+    Raises:
+        ValueError: the config has no model path, or `device` asks for CUDA without a GPU.
+    """
+
+    request_model = DiffusionGenerateRequest
+    response_model = DiffusionGenerateResponse
+
+    def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
+        super().__init__(config, rank=rank)
+        if config.model is None:
+            raise ValueError(
+                "rollout.model.path is not set: build the server config with "
+                "DiffusionRolloutConfig.with_model(actor_rollout_ref.model.path)"
+            )
+        self._device = _resolve_device(config.device)
+        if isinstance(config, DiffusionRolloutConfig):
+            self._dtype, self._external_lib = config.torch_dtype, config.external_lib
+        else:
+            self._dtype, self._external_lib = _DTYPES[config.model.dtype], None
+        self._engine: DiffusersRolloutEngine | None = None
+        self._defaults = DiffusionSamplingConfig()
+        self._seeds = random.Random(None if config.seed is None else config.seed + rank)
+        self._abort_flags: dict[str, threading.Event] = {}
+        self._table: dict[str, torch.Tensor] = {}
+        self._lora: tuple[dict[str, Any], dict[str, torch.Tensor]] | None = None  # served (config, host tensors)
+        self._lora_pending: dict[str, torch.Tensor] = {}
+        self._lora_previous: list[Any] = []  # [previous _lora] while an update swapped the adapter
+        self._full_version: int | None = None
+        self._images = 0
+
+    # ---- load / generate ------------------------------------------------------------------------
+
+    async def _engine_load(self) -> None:
+        await self._run_blocking(self._load_engine)
+
+    def _load_engine(self) -> None:
+        engine = DiffusersRolloutEngine(
+            self.config.model.path, device=self._device, dtype=self._dtype, external_lib=self._external_lib
+        )
+        if isinstance(self.config, DiffusionRolloutConfig):
+            self._defaults = self.config.sampling_config(engine.pipeline.adapter.name)
+        self._engine = engine
+
+    def _validate_sampling_params(self, params: dict[str, Any]) -> DiffusionSamplingConfig:
+        return parse_diffusion_sampling_params(self._defaults, params)
+
+    async def _engine_generate(
+        self, request_id: str, request: DiffusionGenerateRequest, params: DiffusionSamplingConfig
+    ) -> dict[str, Any]:
+        seed = request.seed if request.seed is not None else self._seeds.randrange(2**62)
+        sampling = params if request.negative_prompt is None else params.evolve(negative_prompt=request.negative_prompt)
+        flag = threading.Event()
+        self._abort_flags[request_id] = flag
+        try:
+            trajectory = await self._run_blocking(self._generate_blocking, request.prompt, sampling, seed, flag)
+        finally:
+            flag.set()  # a cancelled (timed-out) request stops before its next step
+            self._abort_flags.pop(request_id, None)
+        fields = {"seed": seed, "sampling_params": {**sampling.to_dict(), "seed": seed}}
+        if trajectory is None:
+            return {"finish_reason": "abort", **fields}
+        return {"finish_reason": "stop", "trajectory": trajectory, **fields}
+
+    def _generate_blocking(
+        self, prompt: str, sampling: DiffusionSamplingConfig, seed: int, flag: threading.Event
+    ) -> TensorDict | None:
+        if flag.is_set():
+            return None
+        engine = self._require_engine("generate")
+        generators = make_generators(seed, sampling.n, engine.device)
+        try:
+            trajectory = engine.generate([prompt], sampling, generators, should_abort=flag.is_set)
+        except GenerationAborted:
+            return None
+        self._images += sampling.n
+        adapter = engine.pipeline.adapter
+        return _to_host(trajectory, (*adapter.cond_keys, *adapter.negative_cond_keys))
+
+    async def _engine_abort(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            flag = self._abort_flags.get(request_id)
+            if flag is not None:
+                flag.set()
+
+    def _require_engine(self, op: str) -> DiffusersRolloutEngine:
+        if self._engine is None:
+            raise NotReadyError(f"{op}: the pipeline was dropped by sleep(level=2); call wake_up() first")
+        return self._engine
+
+    # ---- sleep / wake ---------------------------------------------------------------------------
+
+    async def _engine_sleep(self, level: int) -> None:
+        if level == 2 and self._full_version is not None:
+            raise BadRequestError(
+                f"sleep(level=2) would drop the full weights of version {self._full_version}, which the diffusers "
+                "backend cannot reload from model.path; use level 1 (weights kept in host memory)",
+                field="level",
+            )
+        await self._run_blocking(self._sleep_blocking, level)
+
+    def _sleep_blocking(self, level: int) -> None:
+        if level == 2:
+            self._engine = None
+        elif self._engine is not None:
+            self._engine.sleep()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    async def _engine_wake_up(self, tags: list[str]) -> None:
+        if "weights" not in tags:
+            return  # the pipeline keeps no cache between requests
+        if self._engine is None:
+            await self._run_blocking(self._reload_blocking)
+        else:
+            await self._run_blocking(self._engine.wake_up)
+
+    def _reload_blocking(self) -> None:
+        self._load_engine()
+        if self._lora is not None:  # the served version includes this adapter: apply it again
+            config, tensors = self._lora
+            self._engine.update_weights(tensors, lora_config=_lora_config(config))
+
+    # ---- weight sync ----------------------------------------------------------------------------
+
+    async def _engine_begin_weights(self, update: WeightUpdate) -> None:
+        engine = self._require_engine("update_weights")
+        if update.kind == "full":
+            self._table = engine.weight_table(lora=False)
+            check_manifest(_canonical(update.manifest), {k: tuple(v.shape) for k, v in self._table.items()})
+        else:
+            await self._run_blocking(self._prepare_lora, engine, update)
+
+    def _prepare_lora(self, engine: DiffusersRolloutEngine, update: WeightUpdate) -> None:
+        config = _peft_dict(update.peft_config)
+        lora_config = _lora_config(config)
+        self._lora_previous = []
+        if self._lora is None or self._lora[0] != config:
+            self._lora_previous = [self._lora]
+            engine.remove_lora()
+            try:
+                engine.add_lora(lora_config)
+            except ValueError as e:
+                self._restore_lora()
+                message = f"peft_config.{str(e).removeprefix('lora_config.')}"
+                raise WeightSyncError(message, field="peft_config.target_modules") from e
+        try:
+            expected = {k: tuple(v.shape) for k, v in engine.weight_table(lora=True).items()}
+            manifest = _canonical(update.manifest)
+            check_manifest(manifest, expected)
+            missing = sorted(set(expected) - {s.name for s in manifest})
+            if missing:
+                raise WeightSyncError(
+                    f"LoRA update lacks {len(missing)} of the adapter's {len(expected)} tensors, e.g. {missing[0]!r}",
+                    field=missing[0],
+                )
+        except WeightSyncError:
+            self._restore_lora()
+            raise
+        self._lora_pending = {}
+
+    def _restore_lora(self) -> None:
+        """After a rejected LoRA update that swapped the adapter: serve the previous adapter (or none) again."""
+        if not self._lora_previous or self._engine is None:
+            return
+        (previous,), self._lora_previous = self._lora_previous, []
+        self._engine.remove_lora()
+        self._lora = previous
+        if previous is not None:
+            self._engine.update_weights(previous[1], lora_config=_lora_config(previous[0]))
+
+    async def _engine_load_bucket(self, update: WeightUpdate, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        if update.kind == "full":
+            await self._run_blocking(self._require_engine("update_weights").update_weights, tensors)
+        else:
+            self._lora_pending.update((canonical_weight_name(name), t.clone()) for name, t in tensors)
+
+    async def _engine_load_slice(self, update: WeightUpdate, name: str, start: int, chunk: torch.Tensor) -> None:
+        if update.kind != "full":
+            return await super()._engine_load_slice(update, name, start, chunk)
+        await self._run_blocking(self._copy_slice, canonical_weight_name(name), start, chunk)
+
+    def _copy_slice(self, name: str, start: int, chunk: torch.Tensor) -> None:
+        with torch.no_grad():  # in place: no whole-tensor buffer for tensors larger than a bucket
+            self._table[name].view(-1)[start : start + chunk.numel()].copy_(chunk)
+
+    async def _engine_finish_weights(self, update: WeightUpdate) -> None:
+        self._table = {}
+        if update.kind == "full":
+            self._full_version = update.version
+            return
+        engine = self._require_engine("update_weights")
+        config = _peft_dict(update.peft_config)
+        pending, self._lora_pending = self._lora_pending, {}
+        await self._run_blocking(lambda: engine.update_weights(pending, lora_config=_lora_config(config)))
+        self._lora, self._lora_previous = (config, pending), []
+
+    async def _engine_abort_weights(self, update: WeightUpdate) -> None:
+        self._table, self._lora_pending = {}, {}
+        if update.kind == "lora":
+            await self._run_blocking(self._restore_lora)
+
+    async def _engine_read_weights(self, names: list[str], kind: WeightKind) -> dict[str, torch.Tensor]:
+        table = self._require_engine("served_weights").weight_table(lora=kind == "lora")
+        out = {}
+        for name in names:
+            served = table.get(canonical_weight_name(name))
+            if served is None:
+                raise KeyError(f"{kind} tensor {name!r} is not served ({len(table)} {kind} tensors are)")
+            out[name] = served
+        return out
+
+    async def _engine_shutdown(self) -> None:
+        self._engine, self._table, self._lora_pending = None, {}, {}
+        gc.collect()
+
+    def _engine_metrics(self) -> dict[str, Any]:
+        engine = self._engine
+        on_device = 0
+        if engine is not None:
+            on_device = sum(
+                p.numel() * p.element_size() for p in engine.pipeline.transformer.parameters() if p.device.type != "cpu"
+            )
+        return {
+            "device": str(self._device),
+            "dtype": str(self._dtype).removeprefix("torch."),
+            "model": engine.pipeline.adapter.name if engine is not None else None,
+            "weights_resident": engine is not None,
+            "lora_active": self._lora is not None,
+            "images_generated": self._images,
+            "param_bytes_on_accelerator": on_device,
+        }
+
+
+def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...]) -> TensorDict:
+    """The trajectory on the CPU, its per-prompt conditioning as one row expanded over the rows (stride 0).
+
+    Every row of one request encodes the same prompt, so its embeddings travel (and sit in host memory) once.
+    """
+    shared = [k for k in shared_keys if k in trajectory.keys()]  # noqa: SIM118 - TensorDict refuses `in`
+    out = trajectory.exclude(*shared).to("cpu")
+    for key in shared:
+        value = trajectory.get(key)
+        out.set(key, value[:1].to("cpu", copy=True).expand(value.shape))
+    return out
+
+
+def _canonical(manifest: list[TensorSpec]) -> list[TensorSpec]:
+    return [TensorSpec(canonical_weight_name(s.name), s.dtype, s.shape) for s in manifest]
+
+
+def _peft_dict(peft_config: Any) -> dict[str, Any]:
+    """The peft config as plain JSON data (sets as sorted lists), so HTTP and in-process updates compare equal."""
+    plain = json.loads(json.dumps(dict(peft_config or {}), default=_json_default))
+    return {"peft_type": "LORA", **plain}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise WeightSyncError(
+        f"peft_config holds a {type(value).__name__} {value!r:.80}, not JSON data", field="peft_config"
+    )
+
+
+def _lora_config(config: dict[str, Any]) -> Any:
+    from peft import LoraConfig, get_peft_config
+
+    try:
+        lora_config = get_peft_config(dict(config))
+    except Exception as e:
+        raise WeightSyncError(f"peft_config rejected by peft: {type(e).__name__}: {e}", field="peft_config") from e
+    if not isinstance(lora_config, LoraConfig):
+        raise WeightSyncError(f"peft_config must describe a LoRA adapter, got {type(lora_config).__name__}")
+    return lora_config
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"rollout.device={device!r} but CUDA is not available; use 'cpu' or 'auto'")
+    return resolved

@@ -1,0 +1,178 @@
+"""Custom vLLM-Omni pipelines for Qwen-Image and SD3 that sample with the sampling core's one loop.
+
+`QwenImageLogProbOmniPipeline` and `SD3LogProbOmniPipeline` subclass vLLM-Omni's own pipelines (their transformers
+are built from vLLM layers, which the LoRA manager can wrap) and replace `forward`: each request runs
+`verl_omni.pipelines.sample_with_logprob` with the model adapter and `FlowMatchSDEDiscreteScheduler` built from the
+model folder, so trajectories have exactly the layout of the embedded diffusers backend. The output is packed in
+the `DiffusionOutput` layout of the installed release (`compat.build_diffusion_output`).
+
+The classes are built on first attribute access (their bases live in vllm-omni), so this module imports without
+vllm-omni; vLLM-Omni resolves them by qualname from `custom_pipeline_args={"pipeline_class": ...}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import torch
+
+from verl_omni.rollout.vllm_omni import compat
+from verl_omni.rollout.vllm_omni.lora import TensorLoRAPipelineMixin
+
+__all__ = [
+    "PIPELINE_CLASSES",
+    "SAMPLING_KEY",
+    "LogProbOmniPipelineMixin",
+    "QwenImageLogProbOmniPipeline",
+    "SD3LogProbOmniPipeline",
+    "pipeline_qualname",
+    "sampling_extra_args",
+]
+
+SAMPLING_KEY = "verl_sampling"
+"""Key of `OmniDiffusionSamplingParams.extra_args` holding the request's `DiffusionSamplingConfig` (a dict)."""
+
+PIPELINE_CLASSES = {
+    "qwen_image": ("QwenImageLogProbOmniPipeline", "vllm_omni.diffusion.models.qwen_image.pipeline_qwen_image",
+                   "QwenImagePipeline"),
+    "sd3": ("SD3LogProbOmniPipeline", "vllm_omni.diffusion.models.sd3.pipeline_sd3", "StableDiffusion3Pipeline"),
+}  # fmt: skip
+"""Adapter name -> (our class, vLLM-Omni's module, vLLM-Omni's pipeline class)."""
+_BUILT: dict[str, type] = {}
+
+# Built on first access by the module `__getattr__` below (annotations only: no value, so the lookup reaches it).
+QwenImageLogProbOmniPipeline: type
+"""`(TensorLoRAPipelineMixin, LogProbOmniPipelineMixin, vllm_omni ... QwenImagePipeline)`."""
+SD3LogProbOmniPipeline: type
+"""`(TensorLoRAPipelineMixin, LogProbOmniPipelineMixin, vllm_omni ... StableDiffusion3Pipeline)`."""
+
+
+def pipeline_qualname(adapter_name: str) -> str:
+    """The `custom_pipeline_args["pipeline_class"]` of the log-prob pipeline for a model adapter.
+
+    Raises:
+        KeyError: no vLLM-Omni log-prob pipeline for that model (lists the known ones).
+    """
+    try:
+        return f"{__name__}.{PIPELINE_CLASSES[adapter_name][0]}"
+    except KeyError:
+        raise KeyError(
+            f"model {adapter_name!r}: no vLLM-Omni log-prob pipeline; known: {sorted(PIPELINE_CLASSES)}"
+        ) from None
+
+
+def __getattr__(name: str) -> Any:
+    for adapter_name, (cls_name, module, base) in PIPELINE_CLASSES.items():
+        if name == cls_name:
+            if name not in _BUILT:
+                import importlib
+
+                parent = getattr(importlib.import_module(module), base)
+                cls = type(name, (TensorLoRAPipelineMixin, LogProbOmniPipelineMixin, parent),
+                           {"adapter_name": adapter_name, "__module__": __name__, "__qualname__": name})  # fmt: skip
+                _BUILT[name] = cls
+            return _BUILT[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _QwenTransformerCall:
+    """Calls vLLM-Omni's Qwen-Image transformer with the diffusers keywords the adapter uses.
+
+    vLLM-Omni's forward also needs `txt_seq_lens` (text RoPE positions); the text sequence given is already
+    trimmed to the longest prompt of the batch, and its padded width is used, as diffusers does.
+    """
+
+    def __init__(self, transformer: Any) -> None:
+        self.module = transformer
+
+    def __call__(self, *, encoder_hidden_states: torch.Tensor, **kwargs: Any) -> Any:
+        lens = [int(encoder_hidden_states.shape[1])] * int(encoder_hidden_states.shape[0])
+        return self.module(encoder_hidden_states=encoder_hidden_states, txt_seq_lens=lens, **kwargs)
+
+    def parameters(self) -> Any:
+        return self.module.parameters()
+
+
+class _PipeView:
+    """What `sample_with_logprob` and the model adapters read from a diffusers pipeline, over a vLLM-Omni one."""
+
+    def __init__(self, pipe: Any, adapter_name: str) -> None:
+        from diffusers.image_processor import VaeImageProcessor
+
+        self._pipe, self._name = pipe, adapter_name
+        self.vae = pipe.vae
+        self._execution_device = pipe.device
+        if adapter_name == "qwen_image":
+            self.transformer: Any = _QwenTransformerCall(pipe.transformer)
+            self.image_processor = VaeImageProcessor(vae_scale_factor=pipe.vae_scale_factor * 2)
+        else:
+            self.transformer = pipe.transformer
+            self.image_processor = getattr(pipe, "image_processor", None) or VaeImageProcessor(
+                vae_scale_factor=pipe.vae_scale_factor
+            )
+
+    def encode_prompt(self, *, prompt: list[str], max_sequence_length: int, **kwargs: Any) -> Any:
+        """Qwen-Image: `(embeds, mask)`; SD3: diffusers' `(embeds, negative, pooled, negative pooled)`."""
+        if self._name == "qwen_image":
+            return self._pipe.encode_prompt(prompt=prompt, max_sequence_length=max_sequence_length)
+        pe, pooled = self._pipe.encode_prompt(prompt=prompt, prompt_2=None, prompt_3=None,
+                                              max_sequence_length=max_sequence_length)  # fmt: skip
+        npe = npooled = None
+        if kwargs.get("do_classifier_free_guidance"):
+            negative = [kwargs.get("negative_prompt") or ""] * len(prompt)
+            npe, npooled = self._pipe.encode_prompt(prompt=negative, prompt_2=None, prompt_3=None,
+                                                    max_sequence_length=max_sequence_length)  # fmt: skip
+        return pe, npe, pooled, npooled
+
+    def maybe_free_model_hooks(self) -> None:
+        """Nothing to free: vLLM-Omni owns placement."""
+
+
+class LogProbOmniPipelineMixin:
+    """`forward` of the log-prob pipelines: one `sample_with_logprob` call per request.
+
+    The request's sampling config travels in `sampling_params.extra_args["verl_sampling"]` (written by
+    `vLLMOmniHttpServer`); rows are seeded `seed + r`, exactly as in the embedded backend.
+    """
+
+    adapter_name: ClassVar[str]
+    supports_request_batch: ClassVar[bool] = False  # one request per forward (compat refuses max_num_seqs > 1)
+
+    def _verl_parts(self) -> tuple[Any, Any]:
+        cached = self.__dict__.get("_verl_parts_cache")
+        if cached is None:
+            from verl_omni.models.base import get_class
+
+            adapter = get_class(self.adapter_name).from_pretrained(self.od_config.model)  # type: ignore[attr-defined]
+            cached = (adapter, adapter.build_scheduler())
+            self.__dict__["_verl_parts_cache"] = cached
+        return cached
+
+    @torch.no_grad()
+    def forward(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+        """Sample each request of `req` (an `OmniDiffusionRequest` or a `DiffusionRequestBatch`)."""
+        from verl_omni.pipelines import DiffusionSamplingConfig, sample_with_logprob
+
+        runtime = compat.require("the vLLM-Omni log-prob pipeline")
+        adapter, scheduler = self._verl_parts()
+        view = _PipeView(self, self.adapter_name)
+        outputs = []
+        for prompt, params in compat.request_items(runtime, req):
+            text = prompt if isinstance(prompt, str) else (prompt or {}).get("prompt")
+            if not isinstance(text, str):
+                raise ValueError(f"prompt: the log-prob pipelines take a text prompt, got {type(prompt).__name__}")
+            extra = getattr(params, "extra_args", None) or {}
+            if SAMPLING_KEY not in extra:
+                raise ValueError(f"sampling_params.extra_args[{SAMPLING_KEY!r}] is missing (send requests through "
+                                 "vLLMOmniHttpServer)")  # fmt: skip
+            config = DiffusionSamplingConfig(**extra[SAMPLING_KEY])
+            result = sample_with_logprob(view, adapter, scheduler, [text], config)
+            trajectory = {k: v.cpu() for k, v in result.trajectory.items()}
+            outputs.append(compat.build_diffusion_output(runtime, result.images.cpu(), trajectory))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def sampling_extra_args(config: Any) -> dict[str, Any]:
+    """`extra_args` entry carrying a `DiffusionSamplingConfig` to the pipeline (JSON-able dict)."""
+    return {SAMPLING_KEY: dataclasses.asdict(config)}

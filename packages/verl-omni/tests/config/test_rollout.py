@@ -1,0 +1,131 @@
+"""`DiffusionRolloutConfig`: verl-omni's `actor_rollout_ref.rollout.*` keys and their `DiffusionSamplingConfig`s."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from verl_core.config import RolloutConfig, omega_conf_to_dataclass
+from verl_core.config.errors import ConfigError, ConfigKeyError, ConfigValueError
+from verl_omni.config import DiffusionRolloutConfig
+
+# the rollout subtree as verl-omni's diffusion_trainer (a1139baf) writes it, for the keys this project has
+VERL_OMNI_ROLLOUT = """
+_target_: verl_omni.config.DiffusionRolloutConfig
+name: diffusers
+n: 16
+dtype: bfloat16
+seed: null
+gpu_memory_utilization: 0.5
+enforce_eager: false
+tensor_model_parallel_size: 1
+free_cache_engine: true
+external_lib: null
+pipeline:
+  height: 512
+  width: 512
+  num_inference_steps: 10
+  true_cfg_scale: 4.0
+  max_sequence_length: 512
+  guidance_scale: null
+algo:
+  noise_level: 1.2
+  sde_type: sde
+  sde_window_size: 2
+  sde_window_range: [0, 5]
+  sde_contiguous: true
+  sample_strategy: random
+  sde_window_seed: 0
+val_kwargs:
+  n: 1
+  pipeline:
+    num_inference_steps: 50
+  algo:
+    noise_level: 0.0
+agent:
+  default_agent_loop: diffusion_single_turn_agent
+"""
+
+
+def _build(text: str = VERL_OMNI_ROLLOUT, **dotted) -> DiffusionRolloutConfig:
+    node = OmegaConf.create(text)
+    for key, value in dotted.items():
+        OmegaConf.update(node, key.replace("__", "."), value, force_add=True)
+    return omega_conf_to_dataclass(node)
+
+
+def test_verl_omni_rollout_subtree_builds_and_maps_to_sampling():
+    config = _build()
+    assert isinstance(config, RolloutConfig) and config.name == "diffusers" and config.n == 16
+    sampling = config.sampling_config("qwen_image")
+    assert (sampling.n, sampling.num_inference_steps, sampling.height, sampling.max_sequence_length) == (
+        16,
+        10,
+        512,
+        512,
+    )
+    assert (sampling.noise_level, sampling.sde_type, sampling.sde_window_size) == (1.2, "sde", 2)
+    assert sampling.sde_window_range == [0, 5] and sampling.guidance_scale == 4.0
+
+
+def test_validation_sampling_takes_val_kwargs_over_the_training_keys():
+    val = _build().val_sampling_config("qwen_image")
+    assert (val.n, val.num_inference_steps, val.noise_level) == (1, 50, 0.0)
+    assert (val.height, val.guidance_scale, val.sde_type) == (512, 4.0, "sde")  # inherited
+
+
+@pytest.mark.parametrize(
+    ("model", "pipeline", "expected"),
+    [
+        pytest.param("qwen_image", {"true_cfg_scale": 4.0}, 4.0, id="qwen-true-cfg"),
+        pytest.param("sd3", {"guidance_scale": 4.5, "true_cfg_scale": 1.0}, 4.5, id="sd3-cfg"),
+        pytest.param("sd3", {"guidance_scale": None, "true_cfg_scale": 1.0}, 1.0, id="sd3-null-is-off"),
+        pytest.param(None, {"guidance_scale": 3.0, "true_cfg_scale": 1.0}, 3.0, id="other-guidance"),
+        pytest.param(None, {"guidance_scale": None, "true_cfg_scale": 2.0}, 2.0, id="other-true-cfg"),
+    ],
+)
+def test_guidance_maps_per_model(model, pipeline, expected):
+    config = DiffusionRolloutConfig(pipeline=pipeline)
+    assert config.sampling_config(model).guidance_scale == expected
+
+
+@pytest.mark.parametrize(
+    ("model", "pipeline", "key"),
+    [
+        pytest.param("qwen_image", {"guidance_scale": 3.5}, "pipeline.guidance_scale", id="qwen-guidance"),
+        pytest.param("sd3", {"true_cfg_scale": 4.0}, "pipeline.true_cfg_scale", id="sd3-true-cfg"),
+    ],
+)
+def test_the_other_models_guidance_key_is_refused(model, pipeline, key):
+    with pytest.raises(ConfigValueError, match=key):
+        DiffusionRolloutConfig(pipeline=pipeline).sampling_config(model)
+
+
+@pytest.mark.parametrize(
+    ("dotted", "error", "needle"),
+    [
+        pytest.param({"pipeline__num_frames": 1}, ConfigKeyError, "pipeline.num_frames", id="video-key"),
+        pytest.param({"algo__sde_windw_size": 2}, ConfigKeyError, "Did you mean 'sde_window_size'", id="typo"),
+        pytest.param({"temperature": 1.0}, ConfigKeyError, "temperature", id="llm-key"),
+        pytest.param({"algo__sample_strategy": "progressive"}, ConfigError, "sample_strategy", id="progressive"),
+        pytest.param({"algo__sde_contiguous": False}, ConfigValueError, "sde_contiguous", id="non-contiguous"),
+        pytest.param({"algo__sde_window_range": [0, 12]}, ConfigValueError, "algo.sde_window_range", id="range"),
+        pytest.param({"dtype": "fp8"}, ConfigValueError, "dtype", id="dtype"),
+        pytest.param({"n": 0}, ConfigValueError, "n", id="n"),
+        pytest.param({"sampling__temperature": 0.5}, ConfigValueError, "sampling", id="llm-sampling"),
+    ],
+)
+def test_bad_keys_and_values_are_refused_by_name(dotted, error, needle):
+    with pytest.raises(error, match=needle):
+        _build(**dotted)
+
+
+def test_window_null_means_all_steps_but_the_last():
+    sampling = DiffusionRolloutConfig().sampling_config("qwen_image")
+    assert sampling.sde_window_size == 0 and sampling.sde_window_range is None
+
+
+def test_with_model_fills_the_model_path_and_dtype_aliases_resolve():
+    config = DiffusionRolloutConfig(dtype="bf16").with_model("/models/qwen")
+    assert config.model.path == "/models/qwen" and str(config.torch_dtype) == "torch.bfloat16"
+    assert DiffusionRolloutConfig().model is None
