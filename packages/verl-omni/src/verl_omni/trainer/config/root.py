@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from verl_core.config import BaseConfig, ConfigValueError
-from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
+from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig, DiffusionRolloutConfig
 from verl_omni.data import DataConfig
 from verl_omni.reward import RewardConfig
-from verl_omni.trainer._interim import DiffusionRolloutConfig
 from verl_omni.trainer.config.algorithm import DiffusionAlgoConfig
 from verl_omni.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 
