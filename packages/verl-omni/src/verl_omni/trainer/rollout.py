@@ -124,9 +124,12 @@ class ColocatedRollout:
 
     def weight_versions(self) -> dict[int, int]:
         """Server rank -> the weight version it serves (from each server's `/metrics`)."""
+        return {rank: int(snap["weight_version"]) for rank, snap in self.server_metrics().items()}
+
+    def server_metrics(self) -> dict[int, dict[str, Any]]:
+        """Server rank -> its `/metrics` snapshot (counters such as `sleeps`, `weight_updates`, `images_generated`)."""
         router = self.replica.router
-        snapshots = self._broadcast(router.broadcast("metrics"), "metrics", self.config.lifecycle_timeout_s)
-        return {rank: int(snap["weight_version"]) for rank, snap in snapshots.items()}
+        return self._broadcast(router.broadcast("metrics"), "metrics", self.config.lifecycle_timeout_s)
 
     def shutdown(self) -> None:
         """Stop every server and the event loop thread (safe to call twice)."""
