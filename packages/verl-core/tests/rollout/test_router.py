@@ -30,7 +30,7 @@ def test_router_balances_broadcasts_and_reports_dead_rank(tiny_llm_path):
             states = await router.check_health()
             await router.broadcast("sleep")
             await router.broadcast("wake_up")
-            with pytest.raises(BadRequestError, match=r"sleep level must be 1 or 2") as refused:
+            with pytest.raises(BadRequestError, match=r"level") as refused:
                 await router.broadcast("sleep", 3)
             assert refused.value.server_rank == 0  # callers name the server that refused
             await servers[0].shutdown()  # rank 0 dies
