@@ -228,3 +228,25 @@ def test_a_reward_worker_killed_mid_step_exits_1_naming_it_and_the_last_checkpoi
     assert "verl-omni-train: error at step 2:" in err and "reward worker" in err
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "1"
     assert (ckpt / "global_step_1" / "COMPLETE").is_file() and not (ckpt / "global_step_2").exists()
+
+
+def test_a_rollout_request_over_its_timeout_exits_1_naming_the_server_and_the_call(
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, capsys
+):
+    from verl_omni.trainer.main import EXIT_FAILED, run
+
+    argv = [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        *fast_overrides,
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "actor_rollout_ref.rollout.request_timeout_s=0.001",  # no image is that fast: the server times out
+    ]
+    assert run(argv) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "error at step 1: RolloutServiceError: rollout server rank 0 failed during generate" in err
+    assert "EngineTimeoutError" in err and "(bound by actor_rollout_ref.rollout.request_timeout_s)" in err

@@ -32,6 +32,19 @@ _GRACE_S = 10.0
 """Extra seconds the driver waits beyond a call's own timeout (the servers and clients time out first)."""
 
 
+_TIMEOUT_KEYS = {"generate": "request_timeout_s", "launch": "launch_timeout_s"}
+"""The `actor_rollout_ref.rollout.*` timeout that bounds each call (the others: `lifecycle_timeout_s`)."""
+
+
+def _timed_out(error: BaseException | None) -> bool:
+    """Whether `error` or one of its causes is a timeout."""
+    while error is not None:
+        if isinstance(error, TimeoutError):
+            return True
+        error = error.__cause__
+    return False
+
+
 class RolloutServiceError(RuntimeError):
     """A rollout server died, hung or failed; the message names the server rank and the call."""
 
@@ -176,7 +189,9 @@ class ColocatedRollout:
             self._raise_dead(what, e)
             rank = getattr(e, "server_rank", getattr(e, "rank", None))
             where = f"rollout server rank {rank}" if rank is not None and rank >= 0 else "rollout servers"
-            raise RolloutServiceError(f"{where} failed during {what}: {type(e).__name__}: {e}") from e
+            bound = f" (bound by actor_rollout_ref.rollout.{_TIMEOUT_KEYS.get(what, 'lifecycle_timeout_s')})"
+            hint = bound if _timed_out(e) else ""
+            raise RolloutServiceError(f"{where} failed during {what}: {type(e).__name__}: {e}{hint}") from e
         if what != "shutdown":
             self._raise_dead(what)
         return result
