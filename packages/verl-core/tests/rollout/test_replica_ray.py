@@ -71,19 +71,29 @@ def test_replica_places_servers_in_the_callers_bundles_with_fractional_resources
         placement=[(group, 0)],
         num_cpus=0.5,
         name_prefix="colocated",
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "VERL_REPLICA_MARK": "colocated"}},
     )
+
+    def threads_and_mark(server):
+        import os
+
+        import torch
+
+        return torch.get_num_threads(), os.environ.get("VERL_REPLICA_MARK")
 
     async def scenario():
         try:
             await replica.launch()
             left = ray.available_resources().get(f"CPU_group_0_{group.id.hex()}")
             response = await replica.generate(REQUEST)
-            return left, response
+            seen = await replica.actors[0].__ray_call__.remote(threads_and_mark)
+            return left, response, seen
         finally:
             await replica.shutdown()
 
-    left, response = run(scenario())
+    left, response, seen = run(scenario())
     assert left == 0.5  # the server holds half of the caller's bundle
+    assert seen == (1, "colocated")  # the runtime_env reached the server process
     assert response["server_rank"] == 0
     assert replica._placement_group is None  # the caller's group is not the replica's to free
     remove_placement_group(group)

@@ -9,7 +9,7 @@ import torch
 
 from verl_core.config import RolloutConfig
 from verl_core.rollout.client import RolloutClient
-from verl_core.rollout.errors import ServerDeadError
+from verl_core.rollout.errors import BadRequestError, ServerDeadError
 from verl_core.rollout.hf import HFHttpServer
 from verl_core.rollout.replica import RolloutRouter
 from verl_core.testing.server_contract import run
@@ -30,6 +30,9 @@ def test_router_balances_broadcasts_and_reports_dead_rank(tiny_llm_path):
             states = await router.check_health()
             await router.broadcast("sleep")
             await router.broadcast("wake_up")
+            with pytest.raises(BadRequestError, match=r"level") as refused:
+                await router.broadcast("sleep", 3)
+            assert refused.value.server_rank == 0  # callers name the server that refused
             await servers[0].shutdown()  # rank 0 dies
             second = await asyncio.gather(*(router.generate(REQUEST) for _ in range(4)))
             await servers[1].shutdown()

@@ -56,8 +56,12 @@ def run_trainer(
     *,
     fingerprint: bool = False,
     wrap: Callable[[Any], None] | None = None,
+    inspect: Callable[[Any], None] | None = None,
 ) -> TrainerRun:
-    """Run the trainer in-process on the running Ray (quickstart config + `FAST` + `overrides`)."""
+    """Run the trainer in-process on the running Ray (quickstart config + `FAST` + `overrides`).
+
+    `wrap(components)` runs before `setup`; `inspect(components)` after a successful `train`, before `cleanup`.
+    """
     from verl_omni.trainer.components import build_components, preflight
     from verl_omni.trainer.config import load_config
     from verl_omni.trainer.flow_grpo_trainer import FlowGRPOTrainer
@@ -83,6 +87,8 @@ def run_trainer(
         trainer.train()
         if fingerprint:
             prints = components.actor.call("state_fingerprint")[0]
+        if inspect is not None:
+            inspect(components)
     except Exception as e:  # the caller checks it
         error = e
     finally:

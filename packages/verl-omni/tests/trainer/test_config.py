@@ -88,6 +88,10 @@ def test_verl_omni_aliases_follow_their_source():
         (["algorithm.rollout_correction.rollout_is=token"], ConfigValueError, r"rollout_is: expected null"),
         (["actor_rollout_ref.hybrid_engine=false"], ConfigValueError, r"hybrid_engine: expected true"),
         (["trainer.logger=[console,mlflow]"], ConfigValueError, r"trainer\.logger: .*unknown: \['mlflow'\]"),
+        (["trainer.nnodes=2"], ConfigValueError,
+         r"actor_rollout_ref\.rollout\.host: '127\.0\.0\.1' is reachable only from its own node.*=0\.0\.0\.0"),
+        (["actor_rollout_ref.rollout.request_timeout_s=0"], ConfigValueError,
+         r"actor_rollout_ref\.rollout\.request_timeout_s: .*timeout in seconds > 0"),
     ],
 )  # fmt: skip
 def test_bad_keys_are_rejected_naming_the_key(overrides, error, match):

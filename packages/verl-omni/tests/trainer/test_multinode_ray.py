@@ -31,7 +31,7 @@ def test_two_nodes_one_rank_each_finish_a_step(two_node_cluster, trainer_run, tm
     run = trainer_run(
         tmp_path,
         ["trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=1",
-         "trainer.val_before_train=false"],
+         "trainer.val_before_train=false", "actor_rollout_ref.rollout.host=0.0.0.0"],
         wrap=record,
     )  # fmt: skip
     assert run.error is None, run.error

@@ -115,15 +115,54 @@ def test_a_rollout_server_killed_mid_step_exits_1_naming_it_and_the_last_checkpo
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 1
 
 
-def test_two_actor_ranks_and_two_servers_finish_steps(ray_session, trainer_run, tmp_path):
+class _RolloutSpy:
+    """Records the trainer's rollout calls (in order) and the trajectories' `server_rank` / `weight_version`."""
+
+    def __init__(self, components) -> None:
+        self.inner, self.calls, self.rows = components.rollout, [], []
+        components.rollout = self
+
+    def generate(self, records, sampling, seed):
+        self.calls.append("generate")
+        batch = self.inner.generate(records, sampling, seed)
+        self.rows.append((batch["server_rank"].tolist(), batch["weight_version"].tolist()))
+        return batch
+
+    def __getattr__(self, name):
+        method = getattr(self.inner, name)
+        if name in ("sleep", "wake_up"):
+            self.calls.append(name)
+        return method
+
+
+def test_two_actor_ranks_and_two_http_servers_sleep_wake_and_sync_every_step(ray_session, trainer_run, tmp_path):
+    spies, served = [], {}
+
+    def inspect(components):
+        served.update(components.rollout.server_metrics())
+
     run = trainer_run(
         tmp_path,
         ["trainer.n_gpus_per_node=2", "trainer.total_training_steps=2", "trainer.val_before_train=false"],
+        wrap=lambda components: spies.append(_RolloutSpy(components)),
+        inspect=inspect,
     )
     assert run.error is None, run.error
     assert [row["training/global_step"] for row in run.history] == [1.0, 2.0]
     assert all(row["rollout/weight_version"] == row["training/global_step"] for row in run.history)
     assert (run.run_dir / "metrics.jsonl").read_text().count("\n") == 2
+    spy = spies[0]
+    # colocated: each step's rollout is followed by sleep, and the weight sync by wake-up, in pairs
+    assert spy.calls == ["generate", "sleep", "wake_up"] * 2
+    # the trajectories came from both HTTP servers, each serving the weights pushed after the previous step
+    for step, (ranks, versions) in enumerate(spy.rows):
+        assert sorted(set(ranks)) == [0, 1] and set(versions) == {step}
+    # the servers themselves saw the lifecycle: 2 sleeps, 2 LoRA updates, 2 steps x 2 prompts x n=2 images
+    assert sorted(served) == [0, 1]
+    assert sum(m["counters"]["sleeps"] for m in served.values()) == 4
+    assert all(m["counters"]["weight_updates"] == 2 and m["weight_version"] == 2 for m in served.values())
+    assert all(m["lora_active"] and m["state"] == "ready" for m in served.values())
+    assert sum(m["images_generated"] for m in served.values()) == 8
 
 
 def test_lora_binding_no_module_is_an_error_naming_target_modules(ray_session, tiny_qwen_image_path, tmp_path):
@@ -189,3 +228,25 @@ def test_a_reward_worker_killed_mid_step_exits_1_naming_it_and_the_last_checkpoi
     assert "verl-omni-train: error at step 2:" in err and "reward worker" in err
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "1"
     assert (ckpt / "global_step_1" / "COMPLETE").is_file() and not (ckpt / "global_step_2").exists()
+
+
+def test_a_rollout_request_over_its_timeout_exits_1_naming_the_server_and_the_call(
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, capsys
+):
+    from verl_omni.trainer.main import EXIT_FAILED, run
+
+    argv = [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        *fast_overrides,
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "actor_rollout_ref.rollout.request_timeout_s=0.001",  # no image is that fast: the server times out
+    ]
+    assert run(argv) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "error at step 1: RolloutServiceError: rollout server rank 0 failed during generate" in err
+    assert "EngineTimeoutError" in err and "(bound by actor_rollout_ref.rollout.request_timeout_s)" in err

@@ -94,6 +94,7 @@ class RolloutRouter:
             if isinstance(result, ServerDeadError):
                 self.mark_dead(rank, result.message)
             elif isinstance(result, BaseException):
+                result.server_rank = rank  # type: ignore[attr-defined] # callers name the server in their errors
                 raise result
             else:
                 out[rank] = result
@@ -129,6 +130,8 @@ class RolloutReplica:
         placement (`list[tuple[PlacementGroup, int]]`, *optional*): `(placement_group, bundle_index)` per server.
         num_cpus (`float`, *optional*, defaults to `1.0`): CPUs each server asks for.
         num_gpus (`float`, *optional*): GPUs each server asks for; default `tensor_model_parallel_size` on GPUs.
+        runtime_env (`dict`, *optional*): Ray runtime environment of the server actors (e.g. `{"env_vars":
+            {"OMP_NUM_THREADS": "1"}}` to bound an embedded backend's CPU threads).
 
     Raises:
         ValueError: `num_servers < 1`, a `placement` list of another length, or a negative resource.
@@ -144,6 +147,7 @@ class RolloutReplica:
         placement: Sequence[tuple[Any, int]] | None = None,
         num_cpus: float = 1.0,
         num_gpus: float | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
     ) -> None:
         if num_servers < 1:
             raise ValueError(f"num_servers must be >= 1, got {num_servers}")
@@ -158,6 +162,7 @@ class RolloutReplica:
         self.placement = list(placement) if placement is not None else None
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
+        self.runtime_env = dict(runtime_env) if runtime_env else None
         self.server_cls = get_backend(config.name)
         self.actors: list[Any] = []
         self.router: RolloutRouter | None = None
@@ -190,6 +195,7 @@ class RolloutReplica:
             slots = [(self._placement_group, rank) for rank in range(self.num_servers)]
         num_gpus = (gpus if self.num_gpus is None else self.num_gpus) if use_gpu else 0
         remote_cls = ray.remote(self.server_cls)
+        extra = {"runtime_env": self.runtime_env} if self.runtime_env else {}
         for rank, (group, index) in enumerate(slots):
             strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
             self.actors.append(
@@ -199,6 +205,7 @@ class RolloutReplica:
                     num_gpus=num_gpus,
                     scheduling_strategy=strategy,
                     max_concurrency=1000,
+                    **extra,
                 ).remote(self.config, rank=rank)
             )
         addresses = await _within(asyncio.gather(*(a.launch.remote() for a in self.actors)), timeout, "server launch")

@@ -160,6 +160,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
                 world_size=len(slots),
                 device=device,
                 sde_type=arr.rollout.algo.sde_type,
+                cps_logprob=arr.rollout.algo.cps_logprob,
                 threads=trainer.cpu_threads_per_worker,
                 nccl_timeout=arr.nccl_timeout,
             )
@@ -172,17 +173,8 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         master = actor.nodes[0]
         info = actor.call("init_engine", master["ip"], master["port"], **start)
         logger.info("actor ranks: %d on %s; %s", len(handles), device, info[0])
-        rollout = ColocatedRollout(
-            pool,
-            slots,
-            model_path=arr.model.path,
-            device=device,
-            dtype=arr.rollout.dtype,
-            request_timeout_s=arr.rollout.request_timeout_s,
-            lifecycle_timeout_s=arr.rollout.lifecycle_timeout_s,
-            launch_timeout_s=arr.rollout.launch_timeout_s,
-            threads=trainer.cpu_threads_per_worker,
-        )
+        server_config = arr.rollout.with_model(arr.model.path).evolve(device=device)
+        rollout = ColocatedRollout(server_config, slots, use_gpu=use_gpu, threads=trainer.cpu_threads_per_worker)
         reward = build_reward_manager(config.reward)
         tracker = Tracking(
             trainer.logger,

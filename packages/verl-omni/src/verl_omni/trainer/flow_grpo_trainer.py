@@ -1,10 +1,11 @@
 """`FlowGRPOTrainer`: the FlowGRPO recipe, read top to bottom — `__init__` → `setup` → `train` → `cleanup`.
 
-One step (numbered as in `train`): prompts → rollout of `n` images per prompt with a pinned SDE window → the
-rollout sleeps → reward → group advantages → old log-probs (recomputed, or the rollout's in bypass mode) →
-reference transition means (with the KL term) → policy update → the rollout wakes and actor rank 0 streams the
-new weights to every server → validation every `trainer.test_freq` → checkpoint every `trainer.save_freq` →
-metrics. The components it drives are `Protocol`s (`verl_omni.trainer.protocols`), built by
+One step (numbered as in `train`): prompts → rollout of `n` images per prompt with a pinned SDE window (the
+agent loop's requests to the `RolloutReplica`'s HTTP servers) → the rollout sleeps → reward → group advantages →
+old log-probs (recomputed, or the rollout's in bypass mode) → reference transition means (with the KL term) →
+policy update → the rollout wakes and actor rank 0 streams the new weights to every server (`update_weights`, in
+memory) → validation every `trainer.test_freq` → checkpoint every `trainer.save_freq` → metrics. The components
+it drives are `Protocol`s (`verl_omni.trainer.protocols`), built by
 `verl_omni.trainer.components.build_components` unless handed in.
 """
 
@@ -15,13 +16,13 @@ import logging
 import time
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 from tensordict import TensorDict
 
 from verl_omni.algos import compute_flow_grpo_advantages
 from verl_omni.data import iter_batches
 from verl_omni.pipelines import DiffusionSamplingConfig
+from verl_omni.rollout import pin_sde_window
 from verl_omni.trainer.components import TrainerComponents
 from verl_omni.trainer.config import DiffusionTrainerConfig
 
@@ -34,7 +35,7 @@ _VAL_SEED_OFFSET = 7_777_777  # validation noise is the same at every validation
 
 
 class WeightSyncError(RuntimeError):
-    """A rollout server does not serve the weight version the actor just pushed (names the server rank)."""
+    """A rollout server does not serve the weight version the actor pushed last (names the server rank)."""
 
 
 class FlowGRPOTrainer:
@@ -44,8 +45,10 @@ class FlowGRPOTrainer:
 
     * Group size and batch: `actor_rollout_ref.rollout.n` images per prompt, `data.train_batch_size` prompts.
     * SDE window: `rollout.algo.sde_window_size` K trained steps, the window start drawn per step from
-      `rollout.algo.sde_window_range` by a generator seeded with (`rollout.algo.sde_window_seed`, step) and pinned
-      for every request of the step.
+      `rollout.algo.sde_window_range` (`pin_sde_window` with `rollout.algo.sde_window_seed` and the step) and
+      pinned for every request of the step.
+    * Colocated rollout: the servers sleep while the actor trains and wake for the weight sync
+      (`rollout.free_cache_engine`; false keeps them awake).
     * Old log-probs: recomputed by the actor (default), or the rollout's with
       `algorithm.rollout_correction.bypass_mode`.
     * KL to the reference: `actor.use_kl_loss` (LoRA: adapters disabled; full fine-tuning: a frozen engine).
@@ -71,6 +74,7 @@ class FlowGRPOTrainer:
         self.seed = rollout.seed or 0
         self.bypass = config.algorithm.rollout_correction.bypass_mode
         self.use_kl = config.actor_rollout_ref.actor.use_kl_loss
+        self.free_cache = rollout.free_cache_engine
         self.step = 0
         self.weight_version = 0
         self.history: list[dict[str, float]] = []
@@ -126,10 +130,12 @@ class FlowGRPOTrainer:
                 sampling, start = self._step_sampling(step)
                 with _timer(timing, "gen"):
                     batch = c.rollout.generate(records, sampling, seed=self.seed + step * _STEP_SEED_STRIDE)
+                self._check_served_version(batch)
 
                 # 3. the rollout sleeps: the actor gets the devices
-                with _timer(timing, "rollout_sleep"):
-                    c.rollout.sleep()
+                if self.free_cache:
+                    with _timer(timing, "rollout_sleep"):
+                        c.rollout.sleep()
 
                 # 4. reward: one scalar per image
                 per_sample = [records[int(i)] for i in batch["prompt_index"]]
@@ -194,25 +200,35 @@ class FlowGRPOTrainer:
     # ---- phases -------------------------------------------------------------------------------------------
 
     def _step_sampling(self, step: int) -> tuple[DiffusionSamplingConfig, int]:
-        """The step's sampling config with the SDE window pinned to `[start, start + K]`."""
-        sampling = self.train_sampling
+        """The step's sampling config with the SDE window pinned to `[start, start + K]`, and `start`."""
         if not self.window:
-            return sampling, 0
-        r0, r1 = sampling.sde_window_range or (0, sampling.num_inference_steps - 1)
-        rng = np.random.default_rng([self.config.actor_rollout_ref.rollout.algo.sde_window_seed, step])
-        start = int(rng.integers(r0, r1 - self.window + 1))
-        return sampling.evolve(sde_window_range=[start, start + self.window]), start
+            return self.train_sampling, 0
+        sampling = pin_sde_window(self.train_sampling, step, self.config.actor_rollout_ref.rollout.algo.sde_window_seed)
+        return sampling, sampling.sde_window_range[0]
+
+    def _check_served_version(self, batch: TensorDict) -> None:
+        """Every trajectory must come from the weights pushed last (a stale server would poison the update)."""
+        served = batch["weight_version"]
+        stale = served != self.weight_version
+        if bool(stale.any()):
+            ranks = sorted({int(r) for r in batch["server_rank"][stale]})
+            versions = sorted({int(v) for v in served[stale]})
+            raise WeightSyncError(
+                f"rollout server(s) {ranks} served weight version(s) {versions}; the actor pushed version "
+                f"{self.weight_version}"
+            )
 
     def _sync_weights(self, version: int) -> dict[str, float]:
         """Wake the rollout, push the actor's weights as `version`, check every server serves it."""
         c = self._components()
         rollout_cfg = self.config.actor_rollout_ref.rollout
-        c.rollout.wake_up()
+        if self.free_cache:
+            c.rollout.wake_up()
         pushed = c.actor.call(
             "push_weights",
             c.rollout.weight_targets(),
             version,
-            256 << 20,
+            rollout_cfg.update_weights_bucket_bytes,
             rollout_cfg.weight_sync_timeout_s,
         )[0]
         served = c.rollout.weight_versions()
@@ -238,8 +254,10 @@ class FlowGRPOTrainer:
         step = self.step if step is None else step
         data = self.config.data
         images, rewards, offset = [], [], 0
+        val_seed = self.config.actor_rollout_ref.rollout.val_kwargs.seed
+        base = val_seed if val_seed is not None else self.seed + _VAL_SEED_OFFSET
         for chunk in iter_batches(c.val_records, data.val_batch_size):
-            seed = self.seed + _VAL_SEED_OFFSET + offset * self.val_sampling.n
+            seed = base + offset * self.val_sampling.n
             batch = c.rollout.generate(chunk, self.val_sampling, seed=seed)
             per_sample = [chunk[int(i)] for i in batch["prompt_index"]]
             images.append(batch["images"])

@@ -38,7 +38,7 @@ class RolloutService(Protocol):
     """The rollout servers: sampling with log-probs, sleep/wake, where weights go, the served weight version."""
 
     def generate(self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int) -> TensorDict:
-        """`sampling.n` trajectories per record, prompt-major, with a global `prompt_index` and uint8 `images`."""
+        """`sampling.n` trajectories per record, prompt-major, with `prompt_index`, `weight_version`, `server_rank`."""
 
     def sleep(self) -> None:
         """Free the servers' accelerator memory (colocated mode, before training)."""
@@ -46,8 +46,8 @@ class RolloutService(Protocol):
     def wake_up(self) -> None:
         """Restore what `sleep` freed (before the weight sync)."""
 
-    def weight_targets(self) -> list[Any]:
-        """Where actor rank 0 streams weights to (server addresses or handles)."""
+    def weight_targets(self) -> list[str]:
+        """The servers' HTTP addresses, rank order (actor rank 0 streams `update_weights` to them)."""
 
     def weight_versions(self) -> dict[int, int]:
         """Server rank -> the weight version it serves."""

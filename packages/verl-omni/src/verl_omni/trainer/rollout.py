@@ -1,23 +1,48 @@
-"""`ColocatedRollout`: one rollout server per actor bundle, requests spread over them, lifecycle with timeouts.
+"""`ColocatedRollout`: the trainer's rollout, a verl-core `RolloutReplica` of `diffusers` servers in the actor bundles.
 
-INTERIM: the servers are `InterimRolloutServer` Ray actors (no HTTP) until the `diffusers` backend and the agent
-loop land; then this class wraps verl-core's `RolloutReplica` placed in the same bundles.
+Server `r` is a Ray actor in the bundle of actor rank `r` (half of its CPU and GPU), serving over HTTP; requests go
+through the diffusion agent loop (`rollout.agent.default_agent_loop`), trajectories come back as binary tensors.
+The replica's coroutines run on one event loop thread owned by this class, so the synchronous trainer can call
+them; every call is bounded by a timeout, and a server that died, hung or failed is a `RolloutServiceError` naming
+its rank and the call.
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Sequence
-from typing import Any
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import uuid
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 from tensordict import TensorDict
 
+from verl_omni.config import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig
-from verl_omni.trainer._interim import InterimRolloutServer, concat_trajectories
-from verl_omni.trainer.placement import ResourcePool, Slot
+from verl_omni.trainer.placement import COLOCATED_SHARE, Slot
 
 __all__ = ["ColocatedRollout", "RolloutServiceError"]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_GRACE_S = 10.0
+"""Extra seconds the driver waits beyond a call's own timeout (the servers and clients time out first)."""
+
+
+_TIMEOUT_KEYS = {"generate": "request_timeout_s", "launch": "launch_timeout_s"}
+"""The `actor_rollout_ref.rollout.*` timeout that bounds each call (the others: `lifecycle_timeout_s`)."""
+
+
+def _timed_out(error: BaseException | None) -> bool:
+    """Whether `error` or one of its causes is a timeout."""
+    while error is not None:
+        if isinstance(error, TimeoutError):
+            return True
+        error = error.__cause__
+    return False
 
 
 class RolloutServiceError(RuntimeError):
@@ -25,102 +50,156 @@ class RolloutServiceError(RuntimeError):
 
 
 class ColocatedRollout:
-    """Rollout servers placed in the actor ranks' bundles.
+    """`RolloutReplica` of one server per actor bundle, driven synchronously through the diffusion agent loop.
 
     Args:
-        pool (`ResourcePool`): the placement groups; server `r` goes to slot `r`.
-        slots (`list[Slot]`): the bundles.
-        model_path (`str`): the pipeline folder.
-        device (`str`): `"cuda"` or `"cpu"`.
-        dtype (`str`): rollout weights dtype.
-        request_timeout_s (`float`): bound of one request.
-        lifecycle_timeout_s (`float`): bound of sleep / wake-up.
-        launch_timeout_s (`float`): bound of server start-up.
-        threads (`int`, *optional*): torch CPU threads per server.
+        config (`DiffusionRolloutConfig`): `actor_rollout_ref.rollout` with `model` set (`with_model`) and `device`
+            set to where the servers run.
+        slots (`list[Slot]`): the actor ranks' bundles; server `r` goes to `slots[r]`.
+        use_gpu (`bool`): each server takes `COLOCATED_SHARE` of its bundle's GPU (else of its CPU only).
+        threads (`int`, *optional*): torch CPU threads per server (`OMP_NUM_THREADS` of the server actors).
+
+    Raises:
+        RolloutServiceError: a server failed to start or did not start within `rollout.launch_timeout_s`.
     """
 
     def __init__(
         self,
-        pool: ResourcePool,
+        config: DiffusionRolloutConfig,
         slots: Sequence[Slot],
         *,
-        model_path: str,
-        device: str,
-        dtype: str,
-        request_timeout_s: float,
-        lifecycle_timeout_s: float,
-        launch_timeout_s: float,
+        use_gpu: bool,
         threads: int | None = None,
     ) -> None:
-        import ray
+        from verl_core.rollout.replica import RolloutReplica
+        from verl_omni.rollout import get_agent_loop
 
-        self.request_timeout_s = request_timeout_s
-        self.lifecycle_timeout_s = lifecycle_timeout_s
-        remote = ray.remote(InterimRolloutServer)
-        self.servers = [
-            remote.options(**pool.options(slot)).remote(model_path, device, dtype, threads) for slot in slots
-        ]
-        self._wait([s.ping.remote() for s in self.servers], "launch", launch_timeout_s)
+        self.config = config
+        self.num_servers = len(slots)
+        env = {"env_vars": {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}} if threads else None
+        self.replica = RolloutReplica(
+            config,
+            num_servers=self.num_servers,
+            use_gpu=use_gpu,
+            name_prefix=f"verl_omni_rollout_{uuid.uuid4().hex[:8]}",
+            placement=[(slot.placement_group, slot.bundle_index) for slot in slots],
+            num_cpus=COLOCATED_SHARE,
+            num_gpus=COLOCATED_SHARE if use_gpu else 0,
+            runtime_env=env,
+        )
+        self.agent_loop = get_agent_loop(config.agent.default_agent_loop)(
+            self.replica, timeout_s=config.request_timeout_s
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-driver", daemon=True)
+        self._thread.start()
+        self.addresses: list[str] = []
+        try:
+            self.addresses = self._run(self.replica.launch(), "launch", config.launch_timeout_s)
+        except BaseException:
+            self.shutdown()
+            raise
+        logger.info("rollout: %d %s server(s) at %s", self.num_servers, config.name, ", ".join(self.addresses))
 
-    def _wait(self, refs: list[Any], what: str, timeout: float) -> list[Any]:
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
+    @property
+    def servers(self) -> list[Any]:
+        """The servers' Ray actor handles, rank order."""
+        return list(self.replica.actors)
 
-        deadline = time.monotonic() + timeout
-        pending = list(refs)
-        while pending:
-            left = deadline - time.monotonic()
-            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, min(left, 1.0)))  # Ctrl-C works
-            if not done and left > 1.0:
-                continue
-            if not done:
-                ranks = sorted({self._rank_of(refs, p) for p in pending})
-                raise RolloutServiceError(
-                    f"rollout server rank(s) {ranks} did not finish {what} within {timeout:g} s "
-                    "(actor_rollout_ref.rollout timeouts); the server is hung or too slow"
-                )
-            try:
-                ray.get(done[0])
-            except (RayActorError, RayTaskError) as e:
-                rank = self._rank_of(refs, done[0])
-                kind = "died" if isinstance(e, RayActorError) else "failed"
-                raise RolloutServiceError(f"rollout server rank {rank} {kind} during {what}: {e}") from e
-        return ray.get(refs)
-
-    def _rank_of(self, refs: list[Any], ref: Any) -> int:
-        return refs.index(ref) % len(self.servers)
+    # ---- the calls the trainer makes ----------------------------------------------------------------
 
     def generate(self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int) -> TensorDict:
-        """One request per prompt (rows seeded `seed + i*n + r`), round-robin over the servers."""
-        refs = [
-            self.servers[i % len(self.servers)].generate.remote(rec.prompt, sampling, seed + i * sampling.n)
-            for i, rec in enumerate(records)
-        ]
-        results = self._wait(refs, "generate", self.request_timeout_s)
-        return concat_trajectories([r["trajectory"] for r in results], sampling.n)
+        """One request per record (its rows seeded `seed + i*n + r`) through the agent loop, spread over the servers.
+
+        Returns:
+            The trajectories, prompt-major, with `prompt_index`, `seed`, `weight_version` and `server_rank` per row.
+        """
+        negatives = [getattr(rec, "negative_prompt", None) for rec in records]
+        call = self.agent_loop.generate(
+            [rec.prompt for rec in records],
+            sampling=sampling,
+            seed=seed,
+            negative_prompts=negatives if any(n is not None for n in negatives) else None,
+        )
+        return self._run(call, "generate", self.config.request_timeout_s).trajectory
 
     def sleep(self) -> None:
-        """Free the servers' accelerator memory."""
-        self._wait([s.sleep.remote() for s in self.servers], "sleep", self.lifecycle_timeout_s)
+        """Free the servers' accelerator memory (`rollout.sleep_level`)."""
+        self._broadcast(self.replica.sleep(), "sleep", self.config.lifecycle_timeout_s)
 
     def wake_up(self) -> None:
-        """Restore the servers."""
-        self._wait([s.wake_up.remote() for s in self.servers], "wake_up", self.lifecycle_timeout_s)
+        """Restore what `sleep` freed."""
+        self._broadcast(self.replica.wake_up(), "wake_up", self.config.lifecycle_timeout_s)
 
-    def weight_targets(self) -> list[Any]:
-        """The server handles (actor rank 0 calls their `update_weights`)."""
-        return list(self.servers)
+    def weight_targets(self) -> list[str]:
+        """The servers' HTTP addresses, rank order (actor rank 0 streams `update_weights` to them)."""
+        return list(self.addresses)
 
     def weight_versions(self) -> dict[int, int]:
-        """Server rank -> served weight version."""
-        versions = self._wait([s.ping.remote() for s in self.servers], "ping", self.lifecycle_timeout_s)
-        return dict(enumerate(versions))
+        """Server rank -> the weight version it serves (from each server's `/metrics`)."""
+        return {rank: int(snap["weight_version"]) for rank, snap in self.server_metrics().items()}
+
+    def server_metrics(self) -> dict[int, dict[str, Any]]:
+        """Server rank -> its `/metrics` snapshot (counters such as `sleeps`, `weight_updates`, `images_generated`)."""
+        router = self.replica.router
+        return self._broadcast(router.broadcast("metrics"), "metrics", self.config.lifecycle_timeout_s)
 
     def shutdown(self) -> None:
-        """Kill the servers."""
-        import ray
+        """Stop every server and the event loop thread (safe to call twice)."""
+        if self._loop.is_closed():
+            return
+        try:
+            timeout = self.config.lifecycle_timeout_s * (self.num_servers + 1)
+            self._run(self.replica.shutdown(), "shutdown", timeout)
+        except Exception as e:  # a dead server cannot shut down; the replica kills its actor anyway
+            logger.warning("rollout shutdown: %s", e)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._loop.is_running():
+                self._loop.close()
 
-        for server in self.servers:
-            with contextlib.suppress(Exception):  # already dead
-                ray.kill(server)
-        self.servers = []
+    # ---- helpers ------------------------------------------------------------------------------------
+
+    def _broadcast(self, call: Awaitable[dict[int, T]], what: str, timeout: float) -> dict[int, T]:
+        """Run a replica broadcast; every server must answer (the replica leaves dead ones out)."""
+        results = self._run(call, what, timeout)
+        missing = sorted(set(range(self.num_servers)) - set(results))
+        if missing:
+            self._raise_dead(what)
+            raise RolloutServiceError(f"rollout server rank(s) {missing} gave no answer to {what}")
+        return results
+
+    def _run(self, coro: Awaitable[T], what: str, timeout: float) -> T:
+        """Run `coro` on the loop thread within `timeout` (+ a grace); map every failure to `RolloutServiceError`."""
+        if self._loop.is_closed():
+            raise RolloutServiceError(f"rollout servers are shut down; cannot {what}")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            result = future.result(timeout + _GRACE_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise RolloutServiceError(
+                f"rollout servers did not finish {what} within {timeout + _GRACE_S:g} s (actor_rollout_ref.rollout "
+                "timeouts); a server is hung or too slow"
+            ) from None
+        except RolloutServiceError:
+            raise
+        except Exception as e:
+            self._raise_dead(what, e)
+            rank = getattr(e, "server_rank", getattr(e, "rank", None))
+            where = f"rollout server rank {rank}" if rank is not None and rank >= 0 else "rollout servers"
+            bound = f" (bound by actor_rollout_ref.rollout.{_TIMEOUT_KEYS.get(what, 'lifecycle_timeout_s')})"
+            hint = bound if _timed_out(e) else ""
+            raise RolloutServiceError(f"{where} failed during {what}: {type(e).__name__}: {e}{hint}") from e
+        if what != "shutdown":
+            self._raise_dead(what)
+        return result
+
+    def _raise_dead(self, what: str, cause: BaseException | None = None) -> None:
+        """Raise naming the first server the replica's router marked dead (the colocated trainer needs them all)."""
+        router = self.replica.router
+        if router is None or not router.dead:
+            return
+        rank, reason = min(router.dead.items())
+        raise RolloutServiceError(f"rollout server rank {rank} died during {what}: {reason}") from cause

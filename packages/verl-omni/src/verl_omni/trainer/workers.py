@@ -133,8 +133,7 @@ class ActorWorker:
         """Gather the trainable weights (a collective) and, on rank 0, stream them to every rollout server.
 
         Args:
-            targets (`list`): rollout servers: HTTP addresses (`RolloutClient.update_weights`) or Ray actor handles
-                with an `update_weights(weights, version, peft_config)` method.
+            targets (`list[str]`): the rollout servers' HTTP addresses, rank order (`RolloutClient.update_weights`).
             version (`int`): the new weight version.
             bucket_bytes (`int`): bucket size of the HTTP stream.
             timeout_s (`float`): bound of each server's update.
@@ -150,12 +149,7 @@ class ActorWorker:
         peft_config = self._peft_config() if self.engine.use_lora else None
         size = float(sum(t.numel() * t.element_size() for t in weights.values()))
         start = time.perf_counter()
-        if targets and isinstance(targets[0], str):
-            asyncio.run(_push_http(targets, weights, version, peft_config, bucket_bytes, timeout_s))
-        else:
-            import ray
-
-            ray.get([t.update_weights.remote(weights, version, peft_config) for t in targets], timeout=timeout_s)
+        asyncio.run(_push_http(targets, weights, version, peft_config, bucket_bytes, timeout_s))
         return {"bytes": size, "export_s": export_s, "send_s": time.perf_counter() - start}
 
     def _peft_config(self) -> dict[str, Any]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from verl_core.config import BaseConfig, ConfigValueError
-from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
+from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig, DiffusionRolloutConfig
 from verl_omni.data import DataConfig
 from verl_omni.reward import RewardConfig
-from verl_omni.trainer._interim import DiffusionRolloutConfig
 from verl_omni.trainer.config.algorithm import DiffusionAlgoConfig
 from verl_omni.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 
@@ -60,8 +59,9 @@ class DiffusionTrainerConfig(BaseConfig):
 
     Raises:
         ConfigValueError: keys that disagree with each other (each message names both keys and the way out):
-            `actor.rollout_n` vs `rollout.n`, `model.algorithm` vs `algorithm.adv_estimator`, batch sizes that do
-            not split over the actor ranks or into mini-batches.
+            `actor.rollout_n` vs `rollout.n`, `model.algorithm` vs `algorithm.adv_estimator`, a loopback
+            `rollout.host` with `trainer.nnodes > 1`, batch sizes that do not split over the actor ranks or into
+            mini-batches.
     """
 
     actor_rollout_ref: ActorRolloutRefConfig = dataclasses.field(default_factory=ActorRolloutRefConfig)
@@ -87,6 +87,12 @@ class DiffusionTrainerConfig(BaseConfig):
             f"{self.algorithm.adv_estimator!r} differs from actor_rollout_ref.model.algorithm="
             f"{arr.model.algorithm!r}; set one algorithm in both",
         )
+        _check(
+            self.trainer.nnodes == 1 or arr.rollout.host not in _LOOPBACK,
+            "actor_rollout_ref.rollout.host",
+            f"{arr.rollout.host!r} is reachable only from its own node, but trainer.nnodes={self.trainer.nnodes}: the "
+            "driver and actor rank 0 call every rollout server over HTTP; set actor_rollout_ref.rollout.host=0.0.0.0",
+        )
         world = self.trainer.world_size
         prompts = self.data.train_batch_size
         _check(
@@ -106,6 +112,9 @@ class DiffusionTrainerConfig(BaseConfig):
             "actor_rollout_ref.actor.ppo_mini_batch_size",
             f"{mini} prompts x rollout.n={n} images do not split over {world} actor ranks",
         )
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _check(ok: bool, key: str, message: str) -> None:
