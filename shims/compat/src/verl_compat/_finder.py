@@ -17,9 +17,9 @@ import sys
 import warnings
 from importlib.machinery import ModuleSpec
 
-TYPE_CHECKING = False
-
 from verl_compat import VerlDeprecationWarning
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:  # start-up cost: no typing/importlib.abc/importlib.util at run time
     from types import ModuleType

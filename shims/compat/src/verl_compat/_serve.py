@@ -9,8 +9,9 @@ import importlib
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from verl_compat import VerlDeprecationWarning
 

@@ -48,7 +48,7 @@ def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
         lines.extend(
             "  " + line
             for line in report.to_text().splitlines()[1:]
-            if not line.lstrip().startswith(tuple(f"{c}:" for c in ("note",) + _ATTENTION))
+            if not line.lstrip().startswith(tuple(f"{c}:" for c in ("note", *_ATTENTION)))
         )
     attention = [f for f in report.findings if f.category in _ATTENTION]
     if attention:

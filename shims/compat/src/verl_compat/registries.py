@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from verl_compat._serve import INSTALL_HINT
 
@@ -52,7 +52,7 @@ def get_reward_manager_cls(name: str) -> type:
 class _AgentLoopRegistry(Mapping):
     """Read-only stand-in of verl's `_agent_loop_registry`: `diffusion_single_turn_agent` -> `{"_target_": ...}`."""
 
-    _ITEMS = {"diffusion_single_turn_agent": {"_target_": AGENT_LOOP_TARGET}}
+    _ITEMS: ClassVar[dict[str, dict[str, str]]] = {"diffusion_single_turn_agent": {"_target_": AGENT_LOOP_TARGET}}
 
     def __getitem__(self, key: str) -> dict[str, str]:
         if key not in self._ITEMS:

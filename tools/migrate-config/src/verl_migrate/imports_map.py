@@ -141,7 +141,8 @@ ROWS: tuple[Row, ...] = (
        "verl_omni.reward:get_reward_manager_class", served=f"{_R}:get_reward_manager_cls",
        note="the shim resolves the old name `visual`"),
     _m("verl.utils.reward_score.jpeg_compressibility", "removed", "verl_omni.reward.jpeg"),
-    _n("verl.utils.reward_score.jpeg_compressibility:jpeg_compressibility", "verl_omni.reward.jpeg:jpeg_compressibility",
+    _n("verl.utils.reward_score.jpeg_compressibility:jpeg_compressibility",
+       "verl_omni.reward.jpeg:jpeg_compressibility",
        note="a batch function (images -> rewards) instead of a factory returning one"),
     _n("verl.utils.reward_score.jpeg_compressibility:jpeg_incompressibility",
        "verl_omni.reward.jpeg:jpeg_incompressibility",
@@ -210,8 +211,11 @@ ROWS: tuple[Row, ...] = (
     _m("verl.workers.config", "trimmed"),
     _m("verl.workers.config.model", "trimmed"),
     _m("verl.workers.config.rollout", "trimmed"),
-    _n("verl.workers.config:DiffusionModelConfig", "verl_omni.config:DiffusionModelConfig", note="pipeline settings moved to `rollout.pipeline.*`, LoRA rank default 32 -> 0"),
-    _n("verl.workers.config.model:DiffusionModelConfig", "verl_omni.config:DiffusionModelConfig", note="pipeline settings moved to `rollout.pipeline.*`, LoRA rank default 32 -> 0"),
+    *(
+        _n(f"verl.workers.config{sub}:DiffusionModelConfig", "verl_omni.config:DiffusionModelConfig",
+           note="height/width/num_inference_steps moved under `pipeline`; lora_rank default 32 -> 0")
+        for sub in ("", ".model")
+    ),
     *(
         _n(f"verl.workers.config{sub}:DiffusionRolloutConfig", "verl_omni.config:DiffusionRolloutConfig",
            note="height/width/num_inference_steps moved under `pipeline`, extra_configs split into "
