@@ -11,11 +11,58 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main", "translate_argv"]
 
 NEW_COMMAND = "python -m verl_omni.trainer.main"
 _ATTENTION = ("semantic", "unknown", "obsolete", "not-implemented", "warning")
+
+
+def _schema_has(path: str) -> bool:
+    """Whether `path` (dotted) is a setting of verl-omni's trainer config (a dataclass field, or below a dict)."""
+    import dataclasses
+    import typing
+
+    from verl_omni.trainer.config import DiffusionTrainerConfig
+
+    cls: Any = DiffusionTrainerConfig
+    for part in path.split("."):
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            return True  # below a dict / Any field: free-form
+        hints = typing.get_type_hints(cls)
+        if part == "_target_":
+            return True
+        if part not in hints:
+            return False
+        hint = hints[part]
+        cls = next((a for a in (typing.get_args(hint) or (hint,)) if isinstance(a, type)), hint)
+    return True
+
+
+def _old_keys() -> set[str]:
+    """The keys of the old (pre-#6200) composed diffusion_trainer config, from verl-migrate-config's data."""
+    from importlib.resources import files
+
+    text = files("verl_migrate").joinpath("data/old_diffusion_trainer.flat.txt").read_text(encoding="utf-8")
+    return {line.split(" = ", 1)[0].strip() for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def drop_meaningless(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """Split translated overrides into (kept, dropped).
+
+    Dropped: old verl keys that verl-omni's trainer has no setting for.
+    Keys that never existed in old verl stay, so a typo still fails in the trainer with its "did you mean".
+    """
+    old = _old_keys()
+    kept, dropped = [], []
+    for word in overrides:
+        key = word.split("=", 1)[0].lstrip("+~")
+        if "=" in word and key.lstrip("+") in old and not _schema_has(key):
+            dropped.append(word)
+        else:
+            kept.append(word)
+    return kept, dropped
 
 
 def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
@@ -54,8 +101,17 @@ def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
     if attention:
         lines.append("verl-compat: overrides that no longer mean the same thing (read these):")
         lines.extend(f"  {f.category}: {f.path}: {f.message}" for f in attention)
-    lines.append("verl-compat: new command: " + " ".join([NEW_COMMAND, *flags, *result.overrides]))
-    return [*flags, *result.overrides], "\n".join(lines)
+    kept, dropped = drop_meaningless(result.overrides)
+    for i, word in enumerate(kept):  # old verl took `trainer.logger=console`; verl-omni wants a list
+        key, _, value = word.partition("=")
+        if key.lstrip("+") == "trainer.logger" and value and not value.startswith("["):
+            kept[i] = f"{key}=[{value}]"
+            lines.append(f"verl-compat: {word} -> {kept[i]} (trainer.logger is a list in verl-omni)")
+    if dropped:
+        lines.append("verl-compat: overrides with no meaning in verl-omni's trainer (no such setting), not passed on:")
+        lines.extend(f"  dropped: {w}" for w in dropped)
+    lines.append("verl-compat: new command: " + " ".join([NEW_COMMAND, *flags, *kept]))
+    return [*flags, *kept], "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
