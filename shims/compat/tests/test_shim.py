@@ -9,6 +9,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from verl_compat._finder import _upstream_verl
+
 LEGACY = Path(__file__).parent / "legacy"
 _WARNING = re.compile(r"^(?P<file>.+?):(?P<line>\d+): VerlDeprecationWarning: (?P<text>.*)$", re.M)
 
@@ -20,6 +24,11 @@ def run_python(*args: str, env: dict[str, str] | None = None, cwd: str | None = 
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env={**base, **(env or {})}, cwd=cwd, timeout=timeout
     )
+
+
+UPSTREAM = _upstream_verl()
+no_verl = pytest.mark.skipif(UPSTREAM, reason="the world without upstream verl (nox -s tests)")
+with_verl = pytest.mark.skipif(not UPSTREAM, reason="needs upstream verl installed (nox -s legacy_verl)")
 
 
 def warning_sites(stderr: str) -> Counter:
@@ -50,6 +59,7 @@ def test_star_import_and_trimmed_module_warn_once_per_site() -> None:
     assert star[0].startswith("`from verl.trainer.diffusion.diffusion_algos import *` is deprecated")
 
 
+@no_verl
 def test_old_registry_names_resolve() -> None:
     proc = run_python(str(LEGACY / "registries.py"))
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stderr[-3000:]
@@ -83,6 +93,7 @@ def test_start_up_imports_nothing_heavy() -> None:
     assert proc.stdout.strip() == "[]"
 
 
+@no_verl
 def test_other_verl_paths_say_verl_is_not_installed() -> None:
     proc = run_python("-c", "import verl.utils.torch_functional")
     assert proc.returncode == 1
@@ -123,5 +134,12 @@ def test_pth_file_is_installed() -> None:
 
     found = [Path(d) / "verl_compat.pth" for d in site.getsitepackages() if (Path(d) / "verl_compat.pth").is_file()]
     assert found, "verl_compat.pth is not in site-packages"
-    assert found[0].read_text().strip() == "import verl_compat._startup"
+    line = found[0].read_text().strip()
+    assert line.startswith("import ") and "VERL_COMPAT_DISABLE" in line and "verl_compat._startup" in line
     assert sys.modules.get("verl_compat._startup") is not None
+
+
+@with_verl
+def test_upstream_world_serves_only_removed_paths() -> None:
+    proc = run_python(str(LEGACY / "upstream_world.py"))
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stderr[-3000:]

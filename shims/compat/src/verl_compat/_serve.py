@@ -136,3 +136,6 @@ def patch_module(module: ModuleType) -> None:
     if getattr(prev, "__verl_compat__", False):
         return
     module.__getattr__ = make_getattr(module.__name__, prev)  # type: ignore[method-assign]
+    if "__dir__" not in module.__dict__:  # dir() lists the old names too
+        names = provided_names(module.__name__)
+        module.__dir__ = lambda: sorted(set(module.__dict__) | set(names))  # type: ignore[method-assign]

@@ -1,6 +1,7 @@
 """Legacy-style script: imports every old module the way pre-#6200 code did, checks the objects, prints OK."""
 
 import importlib
+import importlib.util
 import pickle
 
 import torch
@@ -23,9 +24,9 @@ from verl.utils.reward_score.jpeg_compressibility import compute_score
 from verl.utils.vllm_omni import VLLMOmniHijack
 from verl.workers.config import DiffusionModelConfig, DiffusionRolloutConfig, DiffusionSamplingConfig
 from verl.workers.engine.fsdp.diffusers_impl import DiffusersFSDPEngine
-from verl.workers.rollout.vllm_rollout.vllm_omni_async_server import vLLMOmniHttpServer
 
 import verl_omni.algos as new_algos
+from verl_compat._finder import _upstream_verl
 from verl_omni.config import DiffusionModelConfig as NewModelConfig
 from verl_omni.config import DiffusionRolloutConfig as NewRolloutConfig
 from verl_omni.engine import DiffusersFSDPEngine as NewEngine
@@ -41,6 +42,12 @@ from verl_omni.rollout.vllm_omni.server import vLLMOmniHttpServer as NewServer
 from verl_omni.schedulers import FlowMatchSDEDiscreteScheduler as NewScheduler
 from verl_omni.schedulers import FlowMatchSDESchedulerOutput
 from verl_omni.trainer.config import DiffusionAlgoConfig as NewAlgo
+
+# upstream verl's real `verl.workers.rollout.vllm_rollout` package needs vllm (as old verl's did)
+if not _upstream_verl() or importlib.util.find_spec("vllm") is not None:
+    from verl.workers.rollout.vllm_rollout.vllm_omni_async_server import vLLMOmniHttpServer
+else:
+    vLLMOmniHttpServer = NewServer
 
 # the same objects as the new paths
 same = [
