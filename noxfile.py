@@ -192,7 +192,7 @@ def legacy_verl(session: nox.Session) -> None:
     """The verl-compat suite with the real upstream `verl` release installed (only removed paths are served)."""
     _install_all_editable(session)
     session.install("--no-deps", UPSTREAM_VERL)
-    session.install(*UPSTREAM_VERL_IMPORT_DEPS)
+    session.install(*CONSTRAINTS, *UPSTREAM_VERL_IMPORT_DEPS)
     session.run("python", "-c", "import verl, verl_compat._finder as f; assert f._upstream_verl(), verl.__file__")
     _pytest(session, *(session.posargs or ["shims/compat/tests"]))
 
