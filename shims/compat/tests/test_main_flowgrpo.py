@@ -52,3 +52,8 @@ def test_old_launch_command_trains_one_step(tmp_path: Path) -> None:
     assert "VerlDeprecationWarning: `python -m verl.trainer.main_flowgrpo` is deprecated" in proc.stderr
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["step"] == 1, rows
+
+
+def test_hydra_flags_pass_through() -> None:
+    new, _ = translate_argv(["--cfg", "job", "-cp", "/cfg", "trainer.total_training_steps=1"])
+    assert new == ["--cfg", "-cp", "/cfg", "trainer.total_training_steps=1"]

@@ -13,6 +13,7 @@ start-up or for unrelated imports). Below them:
 
 from __future__ import annotations
 
+import _thread
 import sys
 import warnings
 from importlib.machinery import ModuleSpec
@@ -77,7 +78,7 @@ class LegacyFinder:
     """Serves the old diffusion module paths of the mapping; declines everything else."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
-        if fullname.partition(".")[0] not in _HEADS or _BUSY:
+        if fullname.partition(".")[0] not in _HEADS or _thread.get_ident() in _BUSY:
             return None
         return _find(fullname, path)
 
@@ -86,15 +87,15 @@ class LegacyFinder:
         _UPSTREAM = None
 
 
-_BUSY = False
+_BUSY: set[int] = set()  # threads inside `_real_spec` (this finder steps aside for them only)
 _UPSTREAM: bool | None = None
 _FINDER = LegacyFinder()
 
 
 def _real_spec(fullname: str, path: Any) -> ModuleSpec | None:
     """The spec the rest of `sys.meta_path` would give (this finder skipped)."""
-    global _BUSY
-    _BUSY = True
+    me = _thread.get_ident()
+    _BUSY.add(me)
     try:
         for finder in sys.meta_path:
             if finder is _FINDER or not hasattr(finder, "find_spec"):
@@ -104,7 +105,7 @@ def _real_spec(fullname: str, path: Any) -> ModuleSpec | None:
                 return spec
         return None
     finally:
-        _BUSY = False
+        _BUSY.discard(me)
 
 
 def _upstream_verl() -> bool:

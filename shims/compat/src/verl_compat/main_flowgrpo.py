@@ -79,6 +79,10 @@ def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
     i = 0
     while i < len(words):
         w = words[i]
+        if w in ("--cfg", "-c") and i + 1 < len(words) and words[i + 1] in ("job", "hydra", "all"):
+            flags.append("--cfg")  # Hydra's `--cfg job`: verl-omni-train's `--cfg` prints the composed config
+            i += 2
+            continue
         if w.startswith("-"):
             flags.append(w)
             if "=" not in w and w in ("--config-path", "-cp", "--config-name", "-cn") and i + 1 < len(words):
