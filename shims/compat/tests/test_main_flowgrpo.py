@@ -56,4 +56,5 @@ def test_old_launch_command_trains_one_step(tmp_path: Path) -> None:
 
 def test_hydra_flags_pass_through() -> None:
     new, _ = translate_argv(["--cfg", "job", "-cp", "/cfg", "trainer.total_training_steps=1"])
-    assert new == ["--cfg", "-cp", "/cfg", "trainer.total_training_steps=1"]
+    assert new[:4] == ["--cfg", "-cp", "/cfg", "trainer.total_training_steps=1"]
+    assert "actor_rollout_ref.model.lora_rank=32" in new  # the old default is kept explicitly (LoRA rank 32 -> 0)
