@@ -77,6 +77,10 @@ def warn(row: Any, depth: int) -> None:
         frame = sys._getframe(depth)
     except ValueError:  # no such frame: called from the top
         frame = None
+    # `from pkg import X` first probes `hasattr(pkg, X)` inside importlib; like `warnings`, skip those frames so
+    # the probe and the import count as one site (the user's line)
+    while frame is not None and "importlib" in frame.f_code.co_filename and "_bootstrap" in frame.f_code.co_filename:
+        frame = frame.f_back
     if frame is not None and _is_star_import(frame):
         key_name, text = (
             "*",
