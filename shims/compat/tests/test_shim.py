@@ -144,3 +144,11 @@ def test_pth_file_is_installed() -> None:
 def test_upstream_world_serves_only_removed_paths() -> None:
     proc = run_python(str(LEGACY / "upstream_world.py"))
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stderr[-3000:]
+
+
+def test_from_package_import_is_one_site_even_with_always() -> None:
+    # `from pkg import X` probes `hasattr(pkg, X)` inside importlib before the import itself reads X
+    code = "from verl.workers.config import DiffusionModelConfig\nfrom verl.models.diffusers_model import DiffusionModelBase\n"
+    proc = run_python("-W", "always::DeprecationWarning", "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("VerlDeprecationWarning") == 2, proc.stderr
