@@ -148,7 +148,10 @@ def test_upstream_world_serves_only_removed_paths() -> None:
 
 def test_from_package_import_is_one_site_even_with_always() -> None:
     # `from pkg import X` probes `hasattr(pkg, X)` inside importlib before the import itself reads X
-    code = "from verl.workers.config import DiffusionModelConfig\nfrom verl.models.diffusers_model import DiffusionModelBase\n"
+    code = (
+        "from verl.workers.config import DiffusionModelConfig\n"
+        "from verl.models.diffusers_model import DiffusionModelBase\n"
+    )
     proc = run_python("-W", "always::DeprecationWarning", "-c", code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("VerlDeprecationWarning") == 2, proc.stderr
