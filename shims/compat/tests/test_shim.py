@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -155,3 +156,11 @@ def test_from_package_import_is_one_site_even_with_always() -> None:
     proc = run_python("-W", "always::DeprecationWarning", "-c", code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("VerlDeprecationWarning") == 2, proc.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm_omni") is not None, reason="vllm-omni is installed")
+def test_vllm_omni_names_say_what_to_install() -> None:
+    code = "from examples.flowgrpo_trainer.vllm_omni.pipeline_qwenimage import QwenImagePipelineWithLogProb"
+    proc = run_python("-c", code)
+    assert proc.returncode == 1
+    assert 'needs vllm-omni, which is not installed: pip install "verl-omni[vllm-omni]"' in proc.stderr

@@ -110,7 +110,17 @@ def serve_name(module_name: str, name: str, depth: int) -> Any:
             name=module_name,
         )
     warn(row, depth + 1)
-    return resolve(row.target)
+    try:
+        return resolve(row.target)
+    except ModuleNotFoundError as e:  # built on first access from vllm / vllm-omni classes
+        top = (e.name or "").partition(".")[0]
+        if top not in ("vllm", "vllm_omni"):
+            raise
+        raise ModuleNotFoundError(
+            f"`from {module_name} import {name}` needs {top.replace('_', '-')}, which is not installed: "
+            f'pip install "verl-omni[vllm-omni]" ({e})',
+            name=e.name,
+        ) from e
 
 
 def provided_names(module_name: str) -> list[str]:
