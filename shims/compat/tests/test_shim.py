@@ -164,3 +164,13 @@ def test_vllm_omni_names_say_what_to_install() -> None:
     proc = run_python("-c", code)
     assert proc.returncode == 1
     assert 'needs vllm-omni, which is not installed: pip install "verl-omni[vllm-omni]"' in proc.stderr
+
+
+def test_importing_an_old_module_imports_nothing_heavy_until_a_name_is_used() -> None:
+    code = (
+        "import sys, verl.trainer.diffusion.diffusion_algos as m, verl.workers.config;"
+        "print(sorted(x for x in ('torch', 'verl_omni', 'libcst') if x in sys.modules));"
+        "m.kl_penalty_image; print('torch' in sys.modules)"
+    )
+    proc = run_python("-c", code)
+    assert proc.stdout.split("\n")[:2] == ["[]", "True"], proc.stderr
