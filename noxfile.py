@@ -181,6 +181,22 @@ def benchmarks(session: nox.Session) -> None:
         session.run("python", script)
 
 
+# upstream verl next to verl-compat: `--no-deps`, because the release pins an older transformers / tensordict than
+# this stack; the packages below are what its modules import at import time (found by importing them, verl 0.9.1)
+UPSTREAM_VERL = "verl==0.9.1"
+UPSTREAM_VERL_IMPORT_DEPS = ("codetiming", "dill", "pylatexenc", "orjson", "aiohttp", "datasets", "cachetools")
+
+
+@nox.session(default=False)
+def legacy_verl(session: nox.Session) -> None:
+    """The verl-compat suite with the real upstream `verl` release installed (only removed paths are served)."""
+    _install_all_editable(session)
+    session.install("--no-deps", UPSTREAM_VERL)
+    session.install(*CONSTRAINTS, *UPSTREAM_VERL_IMPORT_DEPS)
+    session.run("python", "-c", "import verl, verl_compat._finder as f; assert f._upstream_verl(), verl.__file__")
+    _pytest(session, *(session.posargs or ["shims/compat/tests"]))
+
+
 # ---- vLLM-Omni: the static API contract per release, and the real-code tier on the CPU ---------------------------
 
 OMNI_DIR = ROOT / "packages/verl-omni/src/verl_omni/rollout/vllm_omni"

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-backup", action="store_true", help="with -i: do not keep PATH.bak")
     p.add_argument("--script", action="store_true", help="treat every PATH as a launch script")
     p.add_argument(
+        "--imports", action="store_true", help="treat every PATH as Python code: rewrite old verl.* diffusion imports"
+    )
+    p.add_argument(
         "--package",
         metavar="PKG",
         help="the YAML files are config-group files for this package, e.g. actor_rollout_ref.rollout "
@@ -75,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in all_rules():
             print(f"{r.id:<42} {r.kind:<21} since {r.since:<6} {r.summary}")
         return EXIT_OK
+    if args.imports:
+        from verl_migrate.imports_rewrite import run
+
+        return run(args)
     from verl_migrate.runner import Runner
 
     try:

@@ -1,0 +1,149 @@
+"""`python -m verl.trainer.main_flowgrpo <old Hydra overrides>`: the old launch command, run by verl-omni.
+
+The overrides are translated by verl-migrate-config's rules (`translate_overrides`), the translation is printed
+once (to stderr), overrides that no longer mean anything are reported (never dropped silently), and then
+`verl_omni.trainer.main.run(argv)` trains. `--config-path` / `--config-name` flags pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["main", "translate_argv"]
+
+NEW_COMMAND = "python -m verl_omni.trainer.main"
+_ATTENTION = ("semantic", "unknown", "obsolete", "not-implemented", "warning")
+
+
+def _schema_has(path: str) -> bool:
+    """Whether `path` (dotted) is a setting of verl-omni's trainer config (a dataclass field, or below a dict)."""
+    import dataclasses
+    import typing
+
+    from verl_omni.trainer.config import DiffusionTrainerConfig
+
+    cls: Any = DiffusionTrainerConfig
+    for part in path.split("."):
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            return True  # below a dict / Any field: free-form
+        hints = typing.get_type_hints(cls)
+        if part == "_target_":
+            return True
+        if part not in hints:
+            return False
+        hint = hints[part]
+        cls = next((a for a in (typing.get_args(hint) or (hint,)) if isinstance(a, type)), hint)
+    return True
+
+
+def _old_keys() -> set[str]:
+    """The keys of the old (pre-#6200) composed diffusion_trainer config, from verl-migrate-config's data."""
+    from importlib.resources import files
+
+    text = files("verl_migrate").joinpath("data/old_diffusion_trainer.flat.txt").read_text(encoding="utf-8")
+    return {line.split(" = ", 1)[0].strip() for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def drop_meaningless(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """Split translated overrides into (kept, dropped).
+
+    Dropped: old verl keys that verl-omni's trainer has no setting for.
+    Keys that never existed in old verl stay, so a typo still fails in the trainer with its "did you mean".
+    """
+    old = _old_keys()
+    kept, dropped = [], []
+    for word in overrides:
+        key = word.split("=", 1)[0].lstrip("+~")
+        if "=" in word and key.lstrip("+") in old and not _schema_has(key):
+            dropped.append(word)
+        else:
+            kept.append(word)
+    return kept, dropped
+
+
+def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
+    """Old argv -> (verl-omni argv, the printed translation report).
+
+    Flags (words starting with `-`, with their value when given as a separate word) are kept as they are and
+    put first; every other word is a Hydra override translated by verl-migrate-config.
+    """
+    from verl_migrate.migrate import translate_overrides
+
+    flags: list[str] = []
+    overrides: list[str] = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in ("--cfg", "-c") and i + 1 < len(words) and words[i + 1] in ("job", "hydra", "all"):
+            flags.append("--cfg")  # Hydra's `--cfg job`: verl-omni-train's `--cfg` prints the composed config
+            i += 2
+            continue
+        if w.startswith("-"):
+            flags.append(w)
+            if "=" not in w and w in ("--config-path", "-cp", "--config-name", "-cn") and i + 1 < len(words):
+                flags.append(words[i + 1])
+                i += 1
+        else:
+            overrides.append(w)
+        i += 1
+    result = translate_overrides(overrides)
+    report = result.report
+    lines = [f"verl-compat: `python -m verl.trainer.main_flowgrpo` runs `{NEW_COMMAND}`"]
+    if report.changes:
+        lines.append("verl-compat: old overrides translated by verl-migrate-config:")
+        lines.extend(
+            "  " + line
+            for line in report.to_text().splitlines()[1:]
+            if not line.lstrip().startswith(tuple(f"{c}:" for c in ("note", *_ATTENTION)))
+        )
+    attention = [f for f in report.findings if f.category in _ATTENTION]
+    if attention:
+        lines.append("verl-compat: overrides that no longer mean the same thing (read these):")
+        lines.extend(f"  {f.category}: {f.path}: {f.message}" for f in attention)
+    kept, dropped = drop_meaningless(result.overrides)
+    for i, word in enumerate(kept):  # old verl took `trainer.logger=console`; verl-omni wants a list
+        key, _, value = word.partition("=")
+        if key.lstrip("+") == "trainer.logger" and value and not value.startswith("["):
+            kept[i] = f"{key}=[{value}]"
+            lines.append(f"verl-compat: {word} -> {kept[i]} (trainer.logger is a list in verl-omni)")
+    if dropped:
+        lines.append("verl-compat: overrides with no meaning in verl-omni's trainer (no such setting), not passed on:")
+        lines.extend(f"  dropped: {w}" for w in dropped)
+    lines.append("verl-compat: new command: " + " ".join([NEW_COMMAND, *flags, *kept]))
+    return [*flags, *kept], "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Translate the old overrides, print the translation, run verl-omni's trainer; return its exit status."""
+    from verl_compat import VerlDeprecationWarning
+    from verl_migrate.errors import MigrationError
+
+    old = list(sys.argv[1:] if argv is None else argv)
+    if os.environ.get("VERL_COMPAT_SILENT", "") in ("", "0"):
+        warnings.warn(
+            f"`python -m verl.trainer.main_flowgrpo` is deprecated: use `{NEW_COMMAND}` with migrated overrides "
+            "(`verl-migrate-config --script run.sh` rewrites launch scripts).",
+            VerlDeprecationWarning,
+            stacklevel=2,
+        )
+    try:
+        new, text = translate_argv(old)
+    except MigrationError as e:
+        print(f"verl-compat: cannot translate the overrides: {e}", file=sys.stderr)
+        return 2
+    print(text, file=sys.stderr, flush=True)
+
+    import verl_omni.trainer.main as trainer_main
+
+    # Ray workers and tools that look at sys.argv see the verl-omni command, not the old shim module
+    sys.argv = [trainer_main.__file__ or "verl_omni/trainer/main.py", *new]
+    return trainer_main.run(new)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
