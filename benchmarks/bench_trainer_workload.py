@@ -87,8 +87,12 @@ PRESETS = {
 
 def build_pipeline_folder(w: Workload, out: pathlib.Path, dtype: torch.dtype) -> pathlib.Path:
     """Write a random-weight `StableDiffusion3Pipeline` folder of workload `w` (seeded) and return its path."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
-    from diffusers import StableDiffusion3Pipeline
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
     from verl_omni.testing.tiny import _clip_tokenizer, _t5_tokenizer
@@ -579,7 +583,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 loop.engine(compile_blocks)
                 entry["engine_build_s"] = round(time.perf_counter() - t0, 1)
                 stage, metrics = run_steps(
-                    lambda i, m=mode, c=compile_blocks: loop.step(1000 + i, clock, m, c), clock, warmup, iters
+                    lambda i, lp=loop, m=mode, c=compile_blocks: lp.step(1000 + i, clock, m, c), clock, warmup, iters
                 )
                 entry.update(stage_s=stage, images_per_s=images / stage["step"])
                 first = metrics[0]
