@@ -50,6 +50,12 @@ FLOW_GRPO_LORA_TARGETS = [
     "attn.add_k_proj", "attn.add_q_proj", "attn.add_v_proj", "attn.to_add_out",
     "attn.to_k", "attn.to_out.0", "attn.to_q", "attn.to_v",
 ]  # fmt: skip
+# variant suffixes: engine options
+EXTRAS = {
+    "compile": "torch.compile each transformer block (compile_blocks=True)",
+    "cudnn": "diffusers attention backend _native_cudnn (model.attn_backend)",
+    "keep": "fsdp_config.reshard_after_forward=false (no re-gather in backward; one device)",
+}
 PROMPTS = ["a photo of a cat sitting on a red chair", "a watercolor painting of a mountain lake at sunrise"]
 
 
@@ -231,8 +237,9 @@ class FlowGRPOBaseline:
         from diffusers import StableDiffusion3Pipeline
 
         self.w, self.device, self.dtype = w, device, dtype
+        # VAE in the compute dtype too: the stock pipeline feeds it latents of that dtype (flow_grpo keeps an fp32
+        # VAE and casts; with this small random VAE the difference is not measurable)
         self.pipe = StableDiffusion3Pipeline.from_pretrained(folder, dtype=dtype).to(device)
-        self.pipe.vae.to(torch.float32)
         self.pipe.set_progress_bar_config(disable=True)
 
     def attach_lora(self) -> None:
@@ -366,39 +373,42 @@ class ProjectLoop:
         self.rollout = DiffusersRolloutEngine(folder, device=device, dtype=dtype, sampling=self.sampling)
         self.lora_config = {"r": w.lora_rank, "lora_alpha": w.lora_alpha, "init_lora_weights": "gaussian",
                             "target_modules": FLOW_GRPO_LORA_TARGETS}  # fmt: skip
-        self.engines: dict[bool, Any] = {}
+        self.engines: dict[frozenset[str], Any] = {}
 
-    def engine(self, compile_blocks: bool) -> Any:
+    def engine(self, extras: frozenset[str]) -> Any:
+        """The FSDP2 engine of a set of `EXTRAS` (built once; its LoRA is synced into the rollout engine)."""
         from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig
         from verl_omni.engine import DiffusersFSDPEngine
 
-        if compile_blocks not in self.engines:
+        if extras not in self.engines:
             w = self.w
             actor = DiffusionActorConfig(
                 rollout_n=w.n, ppo_mini_batch_size=len(PROMPTS), ppo_micro_batch_size_per_gpu=len(PROMPTS) * w.n,
                 use_kl_loss=True, kl_loss_coef=w.kl_beta, optim={"lr": w.lr, "weight_decay": 1e-4},
                 diffusion_loss={"clip_ratio": w.clip_ratio},
-                fsdp_config={"dtype": str(self.dtype).removeprefix("torch.")},
+                fsdp_config={"dtype": str(self.dtype).removeprefix("torch."),
+                             "reshard_after_forward": "keep" not in extras},
             )  # fmt: skip
             model = DiffusionModelConfig(
                 path=str(self.folder), lora_rank=w.lora_rank, lora_alpha=w.lora_alpha,
                 target_modules=FLOW_GRPO_LORA_TARGETS, enable_gradient_checkpointing=False,
+                attn_backend="_native_cudnn" if "cudnn" in extras else None,
             )  # fmt: skip
-            self.engines[compile_blocks] = DiffusersFSDPEngine.from_pretrained(
-                model, actor, device=self.device, compile_blocks=compile_blocks
+            self.engines[extras] = DiffusersFSDPEngine.from_pretrained(
+                model, actor, device=self.device, compile_blocks="compile" in extras
             )
-            self.sync_weights(self.engines[compile_blocks])
-        return self.engines[compile_blocks]
+            self.sync_weights(self.engines[extras])
+        return self.engines[extras]
 
     def sync_weights(self, engine: Any) -> None:
         self.rollout.update_weights(engine.export_weights(dtype=self.dtype), lora_config=self.lora_config)
 
-    def step(self, seed: int, clock: Clock, mode: str, compile_blocks: bool) -> dict[str, float]:
+    def step(self, seed: int, clock: Clock, mode: str, extras: frozenset[str]) -> dict[str, float]:
         """One FlowGRPO step; `mode` is how the old log-probs are obtained (recompute, reuse, fused)."""
         from verl_omni.algos import compute_flow_grpo_advantages
         from verl_omni.reward.jpeg import jpeg_compressibility
 
-        engine = self.engine(compile_blocks)
+        engine = self.engine(extras)
         clock.start()
         traj = self.rollout.generate(PROMPTS, dataclasses.replace(self.sampling, seed=seed))
         clock.lap("gen")
@@ -420,9 +430,9 @@ class ProjectLoop:
         clock.lap("weight_sync")
         return {k.removeprefix("actor/"): float(v) for k, v in metrics.items()}
 
-    def logprob_gap(self, seed: int, compile_blocks: bool) -> dict[str, float]:
+    def logprob_gap(self, seed: int, extras: frozenset[str]) -> dict[str, float]:
         """|engine recompute - rollout| log-prob gap of one fresh rollout batch (untimed)."""
-        engine = self.engine(compile_blocks)
+        engine = self.engine(extras)
         traj = self.rollout.generate(PROMPTS, dataclasses.replace(self.sampling, seed=seed)).exclude("images")
         old = engine.compute_log_prob(traj)["old_log_probs"].float()
         d = (old - traj["log_probs"].float().to(old.device)).abs()
@@ -438,8 +448,11 @@ def run_steps(fn, clock: Clock, warmup: int, iters: int) -> tuple[dict[str, floa
     for i in range(warmup + iters):
         clock.times = {}
         metrics.append(fn(i))
+        times = dict(clock.times, step=sum(clock.times.values()))
         if i >= warmup:
-            measured.append(dict(clock.times, step=sum(clock.times.values())))
+            measured.append(times)
+        else:
+            metrics[-1]["warmup_step_s"] = times["step"]
     return median_times(measured), metrics
 
 
@@ -502,8 +515,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dtype", default=None, help="bfloat16 on cuda, float32 on cpu")
     parser.add_argument("--warmup", type=int, default=None, help="unmeasured steps per run (2 on cuda, 0 on cpu)")
     parser.add_argument("--iters", type=int, default=None, help="measured steps per run (3 on cuda, 1 on cpu)")
-    parser.add_argument("--variants", default="recompute,reuse,fused",
-                        help="project variants: recompute, reuse, fused, each optionally +compile")  # fmt: skip
+    parser.add_argument(
+        "--variants",
+        default="recompute,reuse,fused",
+        help="recompute, reuse or fused, then optional +compile +cudnn +keep",
+    )
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--folder", default=None, help="pipeline folder (built here when absent)")
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
@@ -571,24 +587,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         loop = None
         for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
-            mode, _, extra = variant.partition("+")
-            if mode not in ("recompute", "reuse", "fused") or extra not in ("", "compile"):
-                raise SystemExit(f"--variants: unknown variant {variant!r} (recompute|reuse|fused[+compile])")
-            compile_blocks = extra == "compile"
+            mode, *extra = variant.split("+")
+            extras = frozenset(extra)
+            if mode not in ("recompute", "reuse", "fused") or not extras <= EXTRAS.keys():
+                raise SystemExit(
+                    f"--variants: unknown variant {variant!r}: recompute|reuse|fused, then +{'/+'.join(EXTRAS)}"
+                )
             with phase(variant, results["runs"], device) as entry:
                 if loop is None:
                     loop = ProjectLoop(folder, w, device, dtype)
                     n_params = n_params or sum(p.numel() for p in loop.rollout.transformer.parameters())
                 t0 = time.perf_counter()
-                loop.engine(compile_blocks)
+                loop.engine(extras)
                 entry["engine_build_s"] = round(time.perf_counter() - t0, 1)
                 stage, metrics = run_steps(
-                    lambda i, lp=loop, m=mode, c=compile_blocks: lp.step(1000 + i, clock, m, c), clock, warmup, iters
+                    lambda i, lp=loop, m=mode, x=extras: lp.step(1000 + i, clock, m, x), clock, warmup, iters
                 )
                 entry.update(stage_s=stage, images_per_s=images / stage["step"])
+                entry["warmup_step_s"] = [round(m["warmup_step_s"], 2) for m in metrics if "warmup_step_s" in m]
                 first = metrics[0]
                 entry["step1"] = {k: first[k] for k in ("pg_clipfrac", "ratio_mean", "ppo_kl", "kl_loss") if k in first}
-                entry["step1"].update(loop.logprob_gap(5000, compile_blocks))
+                entry["step1"].update(loop.logprob_gap(5000, extras))
                 if "stock_sampling_s" in results:
                     entry["sampling_vs_stock"] = results["stock_sampling_s"] / stage["gen"]
                 if "baseline" in results["runs"] and "images_per_s" in results["runs"]["baseline"]:
