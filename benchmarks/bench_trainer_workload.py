@@ -592,6 +592,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 entry.update(stage_s=stage, images_per_s=images / stage["step"],
                              step1_pg_clipfrac=metrics[0]["pg_clipfrac"], old_log_probs="rollout (reused)")  # fmt: skip
                 entry["sampling_vs_stock"] = results["stock_sampling_s"] / stage["gen"]
+                entry["sampling_vs_stock_lora"] = results["stock_sampling_lora_s"] / stage["gen"]
                 del base
             save()
 
