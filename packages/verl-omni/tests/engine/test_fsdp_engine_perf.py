@@ -97,5 +97,6 @@ def test_trainer_workload_benchmark_runs_in_its_tiny_preset(tmp_path):
     for name in ("recompute", "fused"):  # fp32 on the CPU: recompute and own forwards equal the rollout's
         assert runs[name]["step1"]["pg_clipfrac"] == 0.0
         assert runs[name]["step1"]["logprob_gap_max"] < 1e-4
-    assert runs["fused"]["stage_s"]["old_log_prob"] < runs["recompute"]["stage_s"]["old_log_prob"]
+    # fused: no old-log-prob pass at all (the stage is only the bookkeeping between two clock laps)
+    assert runs["fused"]["stage_s"]["old_log_prob"] < 0.2 * runs["recompute"]["stage_s"]["old_log_prob"]
     assert (tmp_path / "bench_trainer_workload_cpu_tiny.json").is_file()
