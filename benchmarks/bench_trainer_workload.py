@@ -80,19 +80,63 @@ class Workload:
     kl_beta: float = 0.04
     clip_ratio: float = 1e-4
     lr: float = 3e-4
+    model: str = "sd3"  # or "qwen_image" (project only: the flow_grpo-style baseline is SD3's loop)
+    window: int = 0  # trained SDE steps; 0 = every step but the last
 
 
 PRESETS = {
     "a": Workload(12, 24, 64, 4096, (768, 1280), 512, 512, 10, 8, 128),
+    # workload B: the Qwen-Image-width transformer of bench_fsdp_engine.py (8 layers, 24 x 128), 32 images per
+    # step (2 prompts x 16), SDE window 2, noise 1.2, no CFG, LoRA r64 on the recipe's 12 targets, KL
+    "b": Workload(
+        8,
+        24,
+        128,
+        64,
+        (0, 0),
+        512,
+        512,
+        10,
+        16,
+        64,
+        guidance=1.0,
+        noise_level=1.2,
+        lora_rank=64,
+        lora_alpha=128,
+        model="qwen_image",
+        window=2,
+    ),
     "tiny": Workload(2, 2, 32, 64, (32, 64), 64, 64, 3, 2, 16),
+    "tiny-qwen": Workload(2, 2, 32, 64, (0, 0), 64, 64, 3, 2, 16, guidance=1.0, model="qwen_image", window=2),
 }
+# the 12 LoRA targets of the verl-omni Qwen-Image recipe (as bench_fsdp_engine.py)
+QWEN_LORA_TARGETS = [
+    "to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
+    "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2",
+]  # fmt: skip
+
+
+def lora_targets(w: Workload) -> list[str]:
+    return FLOW_GRPO_LORA_TARGETS if w.model == "sd3" else QWEN_LORA_TARGETS
 
 
 # ---- the random pipeline folder ----------------------------------------------------------------------------
 
 
 def build_pipeline_folder(w: Workload, out: pathlib.Path, dtype: torch.dtype) -> pathlib.Path:
-    """Write a random-weight `StableDiffusion3Pipeline` folder of workload `w` (seeded) and return its path."""
+    """Write a random-weight pipeline folder of workload `w` (seeded) and return its path."""
+    if w.model == "qwen_image":  # the test builder's Qwen-Image (text width 64) with this transformer size
+        from verl_omni.testing.tiny import TinyPreset, _build_qwen_image
+
+        rope = (16, 56, 56) if w.head_dim == 128 else (8, 12, 12)
+        pipe = _build_qwen_image(TinyPreset(w.layers, w.heads, w.head_dim, rope), seed=0)
+        pipe.to(dtype=dtype)
+        pipe.save_pretrained(out, safe_serialization=True)
+        return out
+    return _build_sd3_folder(w, out, dtype)
+
+
+def _build_sd3_folder(w: Workload, out: pathlib.Path, dtype: torch.dtype) -> pathlib.Path:
     from diffusers import (
         AutoencoderKL,
         FlowMatchEulerDiscreteScheduler,
@@ -153,17 +197,23 @@ class Clock:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.times: dict[str, float] = {}
+        self.peaks: dict[str, float] = {}  # GiB allocated at most during each stage (CUDA only), max over steps
         self._t = 0.0
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
 
     def start(self) -> None:
         self.sync()
         self._t = time.perf_counter()
 
     def lap(self, name: str) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device) / 2**30
+            self.peaks[name] = round(max(self.peaks.get(name, 0.0), peak), 2)
         self.sync()
         now = time.perf_counter()
         self.times[name] = self.times.get(name, 0.0) + now - self._t
@@ -368,11 +418,12 @@ class ProjectLoop:
         self.folder, self.w, self.device, self.dtype = folder, w, device, dtype
         self.sampling = DiffusionSamplingConfig(
             n=w.n, num_inference_steps=w.steps, height=w.height, width=w.width, noise_level=w.noise_level,
-            guidance_scale=w.guidance, negative_prompt="", max_sequence_length=w.text_len,
+            guidance_scale=w.guidance, negative_prompt="" if w.model == "sd3" else None,
+            max_sequence_length=w.text_len, sde_window_size=w.window,
         )  # fmt: skip
         self.rollout = DiffusersRolloutEngine(folder, device=device, dtype=dtype, sampling=self.sampling)
         self.lora_config = {"r": w.lora_rank, "lora_alpha": w.lora_alpha, "init_lora_weights": "gaussian",
-                            "target_modules": FLOW_GRPO_LORA_TARGETS}  # fmt: skip
+                            "target_modules": lora_targets(w)}  # fmt: skip
         self.engines: dict[frozenset[str], Any] = {}
 
     def engine(self, extras: frozenset[str]) -> Any:
@@ -383,7 +434,8 @@ class ProjectLoop:
         if extras not in self.engines:
             w = self.w
             actor = DiffusionActorConfig(
-                rollout_n=w.n, ppo_mini_batch_size=len(PROMPTS), ppo_micro_batch_size_per_gpu=len(PROMPTS) * w.n,
+                rollout_n=w.n, ppo_mini_batch_size=len(PROMPTS),
+                ppo_micro_batch_size_per_gpu=min(16, len(PROMPTS) * w.n),
                 use_kl_loss=True, kl_loss_coef=w.kl_beta, optim={"lr": w.lr, "weight_decay": 1e-4},
                 diffusion_loss={"clip_ratio": w.clip_ratio},
                 fsdp_config={"dtype": str(self.dtype).removeprefix("torch."),
@@ -391,7 +443,7 @@ class ProjectLoop:
             )  # fmt: skip
             model = DiffusionModelConfig(
                 path=str(self.folder), lora_rank=w.lora_rank, lora_alpha=w.lora_alpha,
-                target_modules=FLOW_GRPO_LORA_TARGETS, enable_gradient_checkpointing=False,
+                target_modules=lora_targets(w), enable_gradient_checkpointing=False,
                 attn_backend="_native_cudnn" if "cudnn" in extras else None,
             )  # fmt: skip
             self.engines[extras] = DiffusersFSDPEngine.from_pretrained(
@@ -567,7 +619,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         clock = Clock(device)
         n_params = None
 
-        if not args.skip_baseline:
+        if w.model != "sd3":
+            results["baseline_skipped"] = "the flow_grpo-style baseline is an SD3 loop"
+        if not args.skip_baseline and w.model == "sd3":
             with phase("baseline", results["runs"], device) as entry:
                 base = FlowGRPOBaseline(folder, w, device, dtype)
                 n_params = sum(p.numel() for p in base.pipe.transformer.parameters())
@@ -605,6 +659,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"--variants: unknown variant {variant!r}: recompute|reuse|fused, then +{'/+'.join(EXTRAS)}"
                 )
             with phase(variant, results["runs"], device) as entry:
+                clock.peaks = {}
                 if loop is None:
                     loop = ProjectLoop(folder, w, device, dtype)
                     n_params = n_params or sum(p.numel() for p in loop.rollout.transformer.parameters())
@@ -615,6 +670,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     lambda i, lp=loop, m=mode, x=extras: lp.step(1000 + i, clock, m, x), clock, warmup, iters
                 )
                 entry.update(stage_s=stage, images_per_s=images / stage["step"])
+                entry["stage_share"] = {k: round(v / stage["step"], 4) for k, v in stage.items() if k != "step"}
+                if clock.peaks:
+                    entry["stage_peak_gib"] = dict(clock.peaks)
                 entry["warmup_step_s"] = [round(m["warmup_step_s"], 2) for m in metrics if "warmup_step_s" in m]
                 first = metrics[0]
                 entry["step1"] = {k: first[k] for k in ("pg_clipfrac", "ratio_mean", "ppo_kl", "kl_loss") if k in first}
@@ -632,8 +690,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["chart"] = None
     save()
     print_table(results)
+    print_shares(results)
     print(f"wrote {json_path}" + (f" and {results['chart']}" if results["chart"] else ""))
     return results
+
+
+def print_shares(results: dict[str, Any]) -> None:
+    """Each run's stage shares of the step and, on CUDA, the peak memory of each stage."""
+    for name, r in results["runs"].items():
+        if "stage_share" in r:
+            shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["stage_share"].items())
+            print(f"{name}: {shares}")
+        if r.get("stage_peak_gib"):
+            print(f"{name} peak GiB per stage: {r['stage_peak_gib']}")
 
 
 def print_table(results: dict[str, Any]) -> None:

@@ -79,17 +79,22 @@ def test_update_without_old_log_probs_off_policy_is_an_error(make_engine, qwen_t
         engine.update_policy(batch)
 
 
-def test_trainer_workload_benchmark_runs_in_its_tiny_preset(tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "bench_trainer_workload", REPO / "benchmarks/bench_trainer_workload.py"
-    )
+def _bench():
+    path = REPO / "benchmarks" / "bench_trainer_workload.py"
+    spec = importlib.util.spec_from_file_location("bench_trainer_workload", path)
     bench = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = bench  # dataclasses look their module up there
     try:
         spec.loader.exec_module(bench)
     finally:
         sys.modules.pop(spec.name, None)
-    res = bench.main(["--preset", "tiny", "--device", "cpu", "--variants", "recompute,fused", "--out", str(tmp_path)])
+    return bench
+
+
+def test_trainer_workload_benchmark_runs_in_its_tiny_preset(tmp_path):
+    res = _bench().main(
+        ["--preset", "tiny", "--device", "cpu", "--variants", "recompute,fused", "--out", str(tmp_path)]
+    )
     runs = res["runs"]
     assert set(runs) == {"baseline", "recompute", "fused"} and not any("error" in r for r in runs.values())
     for run in runs.values():
@@ -100,3 +105,13 @@ def test_trainer_workload_benchmark_runs_in_its_tiny_preset(tmp_path):
     # fused: no old-log-prob pass at all (the stage is only the bookkeeping between two clock laps)
     assert runs["fused"]["stage_s"]["old_log_prob"] < 0.2 * runs["recompute"]["stage_s"]["old_log_prob"]
     assert (tmp_path / "bench_trainer_workload_cpu_tiny.json").is_file()
+
+
+def test_trainer_workload_benchmark_qwen_preset_splits_the_step_by_stage(tmp_path):
+    res = _bench().main(["--preset", "tiny-qwen", "--device", "cpu", "--variants", "recompute", "--out", str(tmp_path)])
+    run = res["runs"]["recompute"]
+    assert "baseline" not in res["runs"] and "error" not in run
+    shares = run["stage_share"]
+    assert set(shares) == {"gen", "reward", "old_log_prob", "ref", "update", "weight_sync"}
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    assert run["step1"]["pg_clipfrac"] == 0.0
