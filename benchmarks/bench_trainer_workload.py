@@ -526,7 +526,10 @@ def phase(name: str, results: dict[str, Any], device: torch.device) -> Iterator[
 
 
 def chart(results: dict[str, Any], path: pathlib.Path) -> bool:
-    """Bar chart: images/s per implementation (left) and stacked stage times per step (right)."""
+    """Bar chart: images/s per implementation (left) and stacked stage times per step (right).
+
+    Also redraws a chart from a saved JSON: `chart(json.load(open(path)), png_path)`.
+    """
     try:
         import matplotlib
 
@@ -539,7 +542,8 @@ def chart(results: dict[str, Any], path: pathlib.Path) -> bool:
         return False
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     names = [k for k, _ in rows]
-    ax1.bar(names, [v["images_per_s"] for _, v in rows], color=["grey"] + ["tab:blue"] * (len(rows) - 1))
+    colors = ["grey" if name == "baseline" else "tab:blue" for name in names]
+    ax1.bar(names, [v["images_per_s"] for _, v in rows], color=colors)
     if results["preset"] == "a":
         ax1.axhline(4.6, color="tab:red", linestyle="--", linewidth=1, label="target 4.6 images/s")
         ax1.legend(fontsize=8, loc="lower right")
