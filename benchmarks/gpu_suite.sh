@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in phases, for an H200 machine (run from the repository root):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
-# Phases: env, tests, sampling, core, rollout, engine, engine-compile, dist (needs 2 GPUs), lora-kl.
+# Phases: env, tests, sampling, core, rollout, engine, engine-compile, dist (needs 2 GPUs), lora-kl, trainer.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
 #   lora-kl: only the LoRA + KL bf16 loops, one and two GPUs
 #   rollout: bench_diffusion_server.py (trajectory transfer vs generate, mid Qwen-Image, bf16, 512², n=16)
+#   trainer: bench_trainer_workload.py (workload A: flow_grpo-style SD3 loop vs the project's pieces, LoRA + KL)
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -36,6 +37,9 @@ for phase in "$@"; do
     engine) CUDA_VISIBLE_DEVICES=0 run bench-engine python3 benchmarks/bench_fsdp_engine.py --device cuda --out-dir "$out" ;;
     engine-compile) CUDA_VISIBLE_DEVICES=0 run bench-engine-compile python3 benchmarks/bench_fsdp_engine.py \
                       --device cuda --compile --skip-offload --lora-rank 0 --out-dir "$out/compile" ;;
+    trainer) CUDA_VISIBLE_DEVICES=0 run bench-trainer-workload python3 benchmarks/bench_trainer_workload.py \
+               --device cuda --variants "${TRAINER_VARIANTS:-fused,fused+compile+keep,recompute+compile+keep,reuse+compile+keep}" \
+               --out "$out" ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
     lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \

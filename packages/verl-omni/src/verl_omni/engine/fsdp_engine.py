@@ -307,7 +307,10 @@ class DiffusersFSDPEngine:
 
         Args:
             batch (`TensorDict`, batch `[B]`): the trajectory plus `old_log_probs` `(B, K)`, `advantages` `(B,)`
-                or `(B, K)`, and `ref_prev_sample_mean` `(B, K, *latent)` when `actor.use_kl_loss`.
+                or `(B, K)`, and `ref_prev_sample_mean` `(B, K, *latent)` when `actor.use_kl_loss`. Without
+                `old_log_probs` an on-policy update (`ppo_epochs` 1, the local batch one mini-batch) takes them
+                from its own forwards (detached): the same values a `compute_log_prob` pass would give up to
+                kernel numerics, without that pass's cost; the ratio of every term is then exactly 1.
 
         Returns:
             Metrics averaged over steps, micro-batches and ranks (min/max for `*_min`/`*_max`): `actor/pg_loss`,
@@ -317,16 +320,22 @@ class DiffusersFSDPEngine:
             `log_probs` are in the batch).
 
         Raises:
-            ValueError: the engine is `forward_only`, a required key is missing, or the batch does not split.
+            ValueError: the engine is `forward_only`, a required key is missing, the batch does not split, or
+                `old_log_probs` is missing and the update is not on-policy.
         """
         if self.forward_only:
             raise ValueError("update_policy: this engine was built with actor.fsdp_config.forward_only=true")
-        need = ["old_log_probs", "advantages"] + (["ref_prev_sample_mean"] if self.config.use_kl_loss else [])
+        on_policy_old = "old_log_probs" not in batch
+        need = ["advantages", "log_probs" if on_policy_old else "old_log_probs"]
+        need += ["ref_prev_sample_mean"] if self.config.use_kl_loss else []
         missing = [k for k in need if k not in batch]
         if missing:
             raise ValueError(f"update_policy: batch lacks {missing}; it has {sorted(batch.keys())}")
+        if on_policy_old:
+            self._check_on_policy(batch.batch_size[0])
         loss_fn = get_loss(self.config.diffusion_loss.loss_mode)
-        k = batch["old_log_probs"].shape[1]
+        k = batch["log_probs" if on_policy_old else "old_log_probs"].shape[1]
+        own_old: list[torch.Tensor] = []  # on-policy: the detached log-probs of the update's own forwards
         acc: dict[str, torch.Tensor] = {}
         n_terms = 0
         grad_norms = []
@@ -340,12 +349,15 @@ class DiffusersFSDPEngine:
                     micro = self._to_device(micro, update=True)
                     scale = micro.batch_size[0] / mini_size / k * (self.config.loss_scale_factor or 1.0)
                     adv = micro["advantages"]
+                    micro_old = []
                     for j in range(k):
                         out = self._score(micro, j)
+                        if on_policy_old:
+                            micro_old.append(out.log_prob.detach().float())
                         res = loss_fn(
                             PolicyLossInput(
                                 log_prob=out.log_prob,
-                                old_log_prob=micro["old_log_probs"][:, j],
+                                old_log_prob=micro_old[j] if on_policy_old else micro["old_log_probs"][:, j],
                                 advantages=adv[:, j] if adv.ndim == 2 else adv,
                                 prev_sample_mean=out.prev_sample_mean,
                                 std_dev_t=out.std_dev_t,
@@ -363,6 +375,8 @@ class DiffusersFSDPEngine:
                         for name, value in res.metrics.items():
                             _accumulate(acc, name, value)
                         n_terms += 1
+                    if on_policy_old:
+                        own_old.append(torch.stack(micro_old, dim=1))
                 lr = self.optimizer.param_groups[0]["lr"]  # the lr this optimizer step uses
                 grad_norms.append(self._clip_and_step())
         metrics = {
@@ -372,10 +386,22 @@ class DiffusersFSDPEngine:
         metrics["actor/grad_norm"] = torch.stack(grad_norms).mean()
         metrics["actor/lr"] = torch.tensor(lr)
         if "log_probs" in batch:
-            diffs = rollout_consistency_metrics(batch["old_log_probs"], batch["log_probs"])
+            old = torch.cat(own_old) if on_policy_old else batch["old_log_probs"]
+            diffs = rollout_consistency_metrics(old, batch["log_probs"])
             metrics["actor/rollout_logprob_diff_mean"] = diffs["rollout_logprob_diff_mean"]
             metrics["actor/rollout_logprob_diff_max"] = diffs["rollout_logprob_diff_max"]
         return all_reduce_metrics(metrics, self.device)
+
+    def _check_on_policy(self, n: int) -> None:
+        """Old log-probs may come from the update's own forwards only when every forward sees the old weights."""
+        mini = self.config.ppo_mini_batch_size * self.config.rollout_n // self.world_size
+        if self.config.ppo_epochs != 1 or mini < n:
+            raise ValueError(
+                "update_policy: batch lacks 'old_log_probs', and the update is not on-policy (actor.ppo_epochs="
+                f"{self.config.ppo_epochs}, {n} local samples in mini-batches of {mini}): later optimizer steps "
+                "would see changed weights; pass old_log_probs (engine.compute_log_prob) or use one epoch and one "
+                "mini-batch"
+            )
 
     def _clip_and_step(self) -> torch.Tensor:
         params = [p for p in self.module.parameters() if p.requires_grad]
