@@ -31,6 +31,7 @@ ROLLOUT = os.path.join(CONFIG, "rollout", "diffusion_rollout.yaml")
 DUMP = os.path.join(HERE, "golden", "old_full_dump.yaml")
 L = os.path.join(HERE, "golden", "run_qwen_image_ocr_lora.sh")
 T = os.path.join(HERE, "golden", "run_flowgrpo_trainer_diffusers.sh")
+TARGET = "project"
 ALIAS = "${oc.select:actor_rollout_ref.model.algorithm,flow_grpo}"
 
 

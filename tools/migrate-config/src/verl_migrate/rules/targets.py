@@ -28,6 +28,7 @@ for _id, _node, _old, _row in (
             path=f"{_node}._target_",
             old=tuple(dict.fromkeys((_old, _old.replace("verl.workers.config.", "verl.workers.config.diffusion.")))),
             new=_new,
+            node=_node,
         )
     )
 
