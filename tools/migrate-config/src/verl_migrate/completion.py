@@ -205,6 +205,8 @@ class GroupFileDefaults(Rule):
             return
         group = target.group_of_package(doc.package)
         if group is None:
+            if target.extends_root():
+                self._drop_verl_bases(doc)
             return
         while True:
             gone = [
@@ -227,6 +229,21 @@ class GroupFileDefaults(Rule):
                 f"this file no longer layers on `{e.group}`: {note}. When it replaces verl-omni's "
                 f"`{group}/{target.GROUP_OPTIONS.get(group, ('?',))[0]}.yaml` it must define every key that file "
                 "defines; or keep only your changes, in a root config",
+            )
+
+    def _drop_verl_bases(self, doc: Doc) -> None:
+        """The target has no groups: the file layers on its root; own entries naming verl's bases go."""
+        notes = dict(self.notes)
+        while gone := [e for e in doc.group_entries() if e.package is None and e.option is None and e.group in notes]:
+            e = gone[0]
+            doc.delete_group(e)
+            self.change(doc, "drop-group", f"defaults: {e.group}", old=e.group, note=notes[e.group])
+            self.semantic(
+                doc,
+                doc.package,
+                f"this file no longer layers on `{e.group}`: {notes[e.group]}. verl-omni's config has no config "
+                f"groups: list this file after `{target.CONFIG_NAME}` in your root config's defaults list "
+                f"(`- <folder>@{doc.package}: <file name>`); its keys then override the installed config's",
             )
 
     def describe(self) -> str:

@@ -57,7 +57,8 @@ class FitTarget(Rule):
                 self._remove(doc, path, only, dflt, on=True)
             elif not self.only_default and not is_head_key(path) and is_upstream_key(path):
                 dflt = upstream_defaults().get(path)
-                on = not (same_value(value, dflt) if dflt is not None else _off(value))
+                mirror = isinstance(value, str) and value.startswith("${")  # mirrors another key: not a choice
+                on = not mirror and not (same_value(value, dflt) if dflt is not None else _off(value))
                 self._remove(doc, path, self._feature(path), dflt, on=on)
 
     def _remove(self, doc: Doc, path: str, feature: str, dflt: str | None, *, on: bool) -> None:
@@ -91,3 +92,59 @@ class FitTarget(Rule):
             + ", ".join(f"`{k}`" for k, _ in self.only_default)
             + "): removed when set otherwise, and reported"
         )
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class ScalarToList(Rule):
+    """A key whose old value could be one string (`trainer.logger=console`) and is now a list: wrap the string."""
+
+    path: str = ""
+
+    kind: ClassVar[str] = "scalar-to-list"
+
+    def apply(self, doc: Doc) -> None:
+        """Replace a plain string value (not a list, not an interpolation or shell variable) by a one-item list."""
+        if not doc.has(self.path) or doc.is_map(self.path):
+            return
+        value = doc.get(self.path)
+        text = value.strip().strip("'\"") if isinstance(value, str) else ""
+        if not text or text[:1] in "[$" or "${" in text:
+            return
+        doc.set(self.path, f"[{text}]" if doc.kind == "overrides" else [text])
+        self.change(doc, "rename-value", self.path, old=value, new=f"[{text}]", note="the key takes a list")
+
+    def describe(self) -> str:
+        """Return the rewrite."""
+        return f"`{self.path}`: a single string `x` becomes the list `[x]`"
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class FollowTargetClasses(Rule):
+    """Every `_target_` naming one of verl's classes becomes the class the target names at that node (or goes).
+
+    Upstream verl-omni kept some of verl's classes (`verl.workers.config.FSDPOptimizerConfig`, ...); this project's
+    trainer cannot import `verl`, and names its own classes.
+    """
+
+    kind: ClassVar[str] = "follow-target-classes"
+    phase: ClassVar[int] = PHASE_EXPLICIT + 4
+    formats: ClassVar[tuple[str, ...]] = ("yaml",)
+
+    def apply(self, doc: Doc) -> None:
+        """Rename each `verl.*` `_target_` to the target's class at its node; drop it where the target names none."""
+        for path, value in doc.items():
+            if not path.endswith("._target_") or not isinstance(value, str) or not value.startswith("verl."):
+                continue
+            new = head_defaults().get(path)
+            if new == value:
+                continue
+            if new:
+                doc.set(path, new)
+                self.change(doc, "rename-value", path, old=value, new=new, note="the class the target names here")
+            else:
+                self.change(doc, "drop", path, old=value, note="the target names no class here")
+                doc.delete(path)
+
+    def describe(self) -> str:
+        """Return the rewrite."""
+        return "`*._target_` naming a `verl.*` class: the class the target's config names at that node (or dropped)"

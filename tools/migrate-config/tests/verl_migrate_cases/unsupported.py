@@ -40,3 +40,37 @@ CASES = [
     ),
     _project(noop("target-default-only", "reward.reward_model.enable=false\ntrainer.use_v1=$USE_V1", fmt="overrides")),
 ]
+
+CASES += [
+    rewrite("trainer-logger-list", "trainer.logger=console", "trainer.logger=[console]", fmt="overrides"),
+    rewrite(
+        "trainer-logger-list",
+        "trainer:\n  # where metrics go\n  logger: console\n",
+        "trainer:\n  # where metrics go\n  logger: [console]\n",
+    ),
+    noop("trainer-logger-list", 'trainer.logger=\'["console", "wandb"]\'\ntrainer.nnodes=1', fmt="overrides"),
+    noop("trainer-logger-list", "trainer:\n  logger: ${oc.env:LOGGERS}\n"),
+]
+
+CASES += [
+    _project(
+        rewrite(
+            "target-classes-follow",
+            """
+            actor_rollout_ref:
+              actor:
+                optim:
+                  _target_: verl.workers.config.FSDPOptimizerConfig
+                  lr: 1e-5
+            """,
+            """
+            actor_rollout_ref:
+              actor:
+                optim:
+                  _target_: verl_omni.config.OptimConfig
+                  lr: 1e-5
+            """,
+        )
+    ),
+    _project(noop("target-classes-follow", "actor_rollout_ref:\n  actor:\n    optim:\n      _target_: my.Optim\n")),
+]
