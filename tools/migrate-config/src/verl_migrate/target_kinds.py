@@ -36,7 +36,7 @@ class FitTarget(Rule):
     only_default: tuple[tuple[str, str], ...] = ()
 
     kind: ClassVar[str] = "fit-target"
-    phase: ClassVar[int] = PHASE_EXPLICIT + 5
+    phase: ClassVar[int] = PHASE_EXPLICIT + 1  # before the root completion writes the target's defaults
 
     def _feature(self, path: str) -> str:
         for prefix, feature in self.features:
