@@ -129,9 +129,11 @@ def test_rule_rewrite_yaml_variant(case: Case) -> None:
     from ruamel.yaml import YAML
 
     from verl_migrate.keys import normalize
+    from verl_migrate.upstream import pinned
 
     buf = io.StringIO()
     YAML().dump(_nest(case.words("before")), buf)
-    out, report = migrate_yaml_text(buf.getvalue(), only=[case.rule_id])
+    with pinned(case.target):
+        out, report = migrate_yaml_text(buf.getvalue(), only=[case.rule_id])
     assert {c.rule_id for c in report.changes} == {case.rule_id}
     assert normalize(yaml_io.load(out, "out")) == _nest(case.words("after"))

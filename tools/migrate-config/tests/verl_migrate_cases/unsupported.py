@@ -74,3 +74,15 @@ CASES += [
     ),
     _project(noop("target-classes-follow", "actor_rollout_ref:\n  actor:\n    optim:\n      _target_: my.Optim\n")),
 ]
+
+CASES += [
+    _project(
+        rewrite(
+            "reward-manager-naive-to-visual",
+            "reward.reward_manager.name=naive",
+            "reward.reward_manager.name=visual",
+            fmt="overrides",
+        )
+    ),
+    _project(noop("reward-manager-naive-to-visual", "reward.reward_manager.name=visual", fmt="overrides")),
+]

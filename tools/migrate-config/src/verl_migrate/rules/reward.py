@@ -67,3 +67,17 @@ register(
         late=True,
     )
 )
+
+register(
+    RenameValue(
+        id="reward-manager-naive-to-visual",
+        since="0.2.0",
+        summary="verl's text reward manager `naive` (dumped default) becomes this project's image manager `visual`.",
+        refs=(35,),
+        # this project's trainer keeps the registry name `visual` and refuses `naive`
+        when_target=((f"{_RM}.name", "visual"),),
+        path=f"{_RM}.name",
+        old=("naive",),
+        new="visual",
+    )
+)
