@@ -157,7 +157,7 @@ def test_migrated_ocr_lora_script_trains_one_step(tmp_path, capsys) -> None:
     script = tmp_path / "run_qwen_image_ocr_lora.sh"
     shutil.copy(HERE / "golden" / "run_qwen_image_ocr_lora.sh", script)
     report = _migrate(["-i", "--no-backup", str(script)], capsys)
-    for decided_by_hand in ("reward.custom_reward_function.path", "reward.reward_model.enable", "tensor_model_para"):
+    for decided_by_hand in ("reward.custom_reward_function.path", "reward.reward_model.enable", "tokenizer_path"):
         assert decided_by_hand in report, decided_by_hand
     home = tmp_path / "home"
     for name in ("train", "test"):

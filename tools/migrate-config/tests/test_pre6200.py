@@ -249,3 +249,16 @@ def test_validate_without_the_targets_config_says_what_it_did_not_check(capsys, 
     assert main(["--validate", "--report", "text", ROOT]) == 0
     err = capsys.readouterr().err
     assert "Not checked: that Hydra composes it" in err and "every key verl-omni's trainer reads is present" in err
+
+
+@pytest.mark.slow
+def test_validate_reports_every_key_the_trainer_rejects(tmp_path, capsys) -> None:
+    """`--validate` runs the trainer's own check and reports each rejected key, not only the first."""
+    _trainer_check()
+    bad = tmp_path / "my_run.yaml"
+    bad.write_text("defaults:\n  - diffusion_trainer\n  - _self_\ntrainer:\n  nnodes: two\n  totl_epochs: 3\n")
+    assert main(["--validate", "-o", str(tmp_path / "out.yaml"), str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "validate: trainer.nnodes: verl-omni's trainer rejects it: expected int" in err
+    assert "validate: trainer.totl_epochs: verl-omni's trainer rejects it: unknown key" in err
+    assert "Did you mean 'total_epochs'?" in err

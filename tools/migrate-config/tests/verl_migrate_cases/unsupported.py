@@ -12,20 +12,21 @@ CASES = [
     _project(
         rewrite(
             "target-unsupported",
+            # keys outside the rollout section, whose schema another change may extend
             """
             actor_rollout_ref:
-              rollout:
-                n: 4
-                tensor_model_parallel_size: 1
-                layered_summon: false
               model:
+                lora_rank: 8
+                tokenizer_path: /models/tok
                 pipeline:
                   height: ${oc.select:actor_rollout_ref.rollout.pipeline.height,512}
+            trainer:
+              esi_redundant_time: 0
             """,
             """
             actor_rollout_ref:
-              rollout:
-                n: 4
+              model:
+                lora_rank: 8
             """,
         )
     ),
