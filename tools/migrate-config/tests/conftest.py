@@ -13,6 +13,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# the rules are registered once, with this project's target, as in production (their summaries name it)
+from verl_migrate.rules import all_rules
+
+all_rules()
+
 
 @pytest.fixture(autouse=True)
 def _pinned_target(request):
