@@ -2,7 +2,8 @@
 
 `old_full_dump.yaml` is rebuilt from the old verl key list shipped in verl_migrate/data (571 keys with their
 defaults, the shape of verl's `_generated_diffusion_trainer.yaml`); every `<name>.migrated.<ext>` is the tool's
-output for `<name>.<ext>`. Review the diff of the migrated files before committing them.
+output for `<name>.<ext>`, migrated for upstream verl-omni's frozen tree (`verl_migrate.upstream.pinned`, as the
+golden tests run) so the snapshots do not move with this project's config. Review the diff before committing.
 
 Usage: python tools/migrate-config/scripts/gen_golden.py
 """
@@ -56,7 +57,13 @@ def migrated_name(name: str) -> str:
 def main() -> int:
     """Write the fixtures."""
     from verl_migrate import migrate_script_text, migrate_yaml_text
+    from verl_migrate.upstream import pinned
 
+    with pinned():
+        return _write(migrate_script_text, migrate_yaml_text)
+
+
+def _write(migrate_script_text, migrate_yaml_text) -> int:
     with open(os.path.join(GOLDEN, "old_full_dump.yaml"), "w", encoding="utf-8") as fh:
         fh.write(full_dump_text())
     for name in INPUTS:

@@ -52,12 +52,16 @@ def _read(name: str) -> str:
 
 
 def examples() -> str:
-    """Return before/after examples taken from the golden test files."""
-    partial_before, partial_after = _read("partial_with_defaults.yaml"), _read("partial_with_defaults.migrated.yaml")
+    """Return before/after examples: the tool's output for two golden inputs, for this project's trainer config."""
+    from verl_migrate import migrate_script_text, migrate_yaml_text
+
+    partial_before = _read("partial_with_defaults.yaml")
+    partial_after, _ = migrate_yaml_text(partial_before, "partial.yaml")
+    script = _read("run_qwen_image_ocr_lora.sh")
     script_diff = "".join(
         difflib.unified_diff(
-            _read("run_qwen_image_ocr_lora.sh").splitlines(True),
-            _read("run_qwen_image_ocr_lora.migrated.sh").splitlines(True),
+            script.splitlines(True),
+            migrate_script_text(script, "run_qwen_image_ocr_lora.sh")[0].splitlines(True),
             fromfile="run_qwen_image_ocr_lora.sh",
             tofile="run_qwen_image_ocr_lora.sh (migrated)",
             n=0,

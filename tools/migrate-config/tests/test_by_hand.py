@@ -7,6 +7,7 @@ import pytest
 
 from verl_migrate import migrate_script_text, migrate_yaml_text
 
+TARGET = "project"  # written for this project's trainer config
 HERE = os.path.dirname(__file__)
 PAIRS = [
     ("pre6200/config/diffusion_trainer.yaml", "by_hand/diffusion_trainer.expected.yaml"),

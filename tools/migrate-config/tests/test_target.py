@@ -1,6 +1,8 @@
-"""`verl_migrate.target` agrees with the key tree, and with the installed target config once it exists."""
+"""`verl_migrate.target` and the shipped key tree agree with the installed trainer config (this project's)."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -8,51 +10,60 @@ from verl_migrate import target
 from verl_migrate.keys import head_defaults
 from verl_migrate.validate import omni_config_dir
 
+TARGET = "project"
+GEN = os.path.join(os.path.dirname(__file__), "..", "scripts", "gen_target.py")
 
-def test_root_defaults_name_existing_groups_options_and_packages() -> None:
+
+def test_root_defaults_name_existing_groups_and_the_root_keeps_its_aliases() -> None:
     for group, package, option in target.ROOT_DEFAULTS:
         assert target.option_exists(group, option), (group, option)
         if package:
             assert any(k.startswith(package + ".") for k in head_defaults()), package
-    assert "algorithm.trainer_type" in target.root_keys() and "algorithm.adv_estimator" in target.root_keys()
-    assert not [k for k in target.root_keys() if k.startswith("actor_rollout_ref.rollout.")]
+    assert head_defaults()["algorithm.adv_estimator"] == "${oc.select:actor_rollout_ref.model.algorithm,flow_grpo}"
+    # it composes no groups, so a migrated root extends it and must define none of its keys itself
+    assert target.extends_root() and target.root_keys() == ()
 
 
 def test_target_classes_come_from_the_key_tree() -> None:
     from verl_migrate.rules import all_rules
 
-    news = {r.id: r.new for r in all_rules() if r.kind == "replace-target"}
-    assert news["target-model-config"] == head_defaults()["actor_rollout_ref.model._target_"]
-    assert news["target-algorithm-config"] == target.target_class("algorithm")
-    with pytest.raises(KeyError, match=r"no `trainer\._target_`"):
-        target.target_class("trainer")
+    rules = {r.id: r for r in all_rules() if r.kind == "replace-target"}
+    assert rules["target-model-config"]._resolved().new == head_defaults()["actor_rollout_ref.model._target_"]
+    assert rules["target-algorithm-config"]._resolved().new == target.target_class("algorithm")
+    assert target.target_class("algorithm").startswith("verl_omni.")
+    with pytest.raises(KeyError, match=r"no `actor_rollout_ref\.rollout\.val_kwargs\._target_`"):
+        target.target_class("actor_rollout_ref.rollout.val_kwargs")
 
 
-@pytest.mark.skipif(omni_config_dir() is None, reason="this project's verl-omni ships no Hydra config yet")
-@pytest.mark.xfail(
-    reason="the trainer's diffusion_trainer config has landed: regenerate verl_migrate/target.py and the key tree "
-    "with scripts/gen_target.py, then remove this mark",
-    strict=False,
-)
-def test_target_matches_the_installed_config() -> None:  # pragma: no cover - runs once the trainer config lands
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
-    from gen_target import describe
-
-    defaults, groups = describe(omni_config_dir())
-    assert tuple(defaults) == target.ROOT_DEFAULTS
-    for group, options in groups.items():
-        assert set(options) <= set(target.GROUP_OPTIONS.get(group, ())), group
+@pytest.mark.skipif(omni_config_dir() is None, reason="verl-omni (with its trainer config) is not installed")
+def test_target_matches_the_installed_config() -> None:
+    """One command regenerates the target; `--check` fails naming each stale file while they disagree."""
+    run = subprocess.run([sys.executable, GEN, "--check"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
 
 
-def test_a_target_without_config_groups_gets_roots_without_group_entries(monkeypatch) -> None:
-    """This project's trainer config may compose no groups at all: a migrated root then lists none of verl's."""
+@pytest.mark.skipif(omni_config_dir() is None, reason="verl-omni (with its trainer config) is not installed")
+def test_gen_target_check_names_a_stale_key_tree(tmp_path) -> None:
+    """A config folder with one key more than the shipped tree: `--check` exits 1 naming the key tree."""
+    import shutil
+
+    folder = tmp_path / "config"
+    shutil.copytree(omni_config_dir(), folder)
+    path = folder / f"{target.CONFIG_NAME}.yaml"
+    path.write_text(path.read_text() + "\nextra_section:\n  knob: 1\n")
+    cmd = [sys.executable, GEN, "--check", "--config-dir", str(folder)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1
+    assert "verl_omni_diffusion_trainer.flat.txt: stale" in run.stderr
+
+
+def test_a_target_without_config_groups_gets_roots_that_extend_it(monkeypatch) -> None:
+    """This project's trainer config composes no groups: a migrated root extends it, listing none of verl's groups."""
     from verl_migrate import migrate_yaml_text
 
     monkeypatch.setattr(target, "ROOT_DEFAULTS", ())
     monkeypatch.setattr(target, "GROUP_OPTIONS", {})
     text = "defaults:\n  - data@data: legacy_data\n  - my_team@trainer: ours\n  - _self_\ntrainer:\n  nnodes: 1\n"
     out, report = migrate_yaml_text(text, only=["root-defaults-complete"])
-    assert out.startswith("defaults:\n  - my_team@trainer: ours\n  - _self_\n")
+    assert out.startswith("defaults:\n  - diffusion_trainer\n  - my_team@trainer: ours\n  - _self_\n")
     assert any(f.rule_id == "root-defaults-complete" and "my_team" in f.path for f in report.findings)

@@ -10,6 +10,7 @@ What the target looks like comes from `verl_migrate.target`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, ClassVar
 
 from verl_migrate import target
@@ -39,15 +40,16 @@ class CompleteRootDefaults(Rule):
         """Add the target's root entries this root lacks (before `_self_`); report entries naming no target group."""
         if not _root(doc):
             return
+        if target.extends_root():
+            self._extend(doc)
         while gone := [e for e in doc.group_entries() if _gone(e.group)]:  # handles shift: re-read after each
             doc.delete_group(gone[0])
-            self.change(
-                doc,
-                "drop-group",
-                gone[0].name,
-                old=gone[0].option,
-                note="verl-omni has no such group; its keys are added",
+            note = (
+                f"the target's root (`{target.CONFIG_NAME}`) holds these keys"
+                if target.extends_root()
+                else "verl-omni has no such group; its keys are added"
             )
+            self.change(doc, "drop-group", gone[0].name, old=gone[0].option, note=note)
         entries = doc.group_entries()
         packages = {e.package for e in entries if e.package} | {e.group for e in entries if not e.package}
         for group, package, option in target.ROOT_DEFAULTS:
@@ -79,8 +81,38 @@ class CompleteRootDefaults(Rule):
                     rule_id=self.id,
                 )
 
+    def _extend(self, doc: Doc) -> None:
+        """Make the root extend the target's root: the root entry first, and the search path that finds it."""
+        if not any(e.group.lstrip("/") == target.CONFIG_NAME for e in doc.group_entries()):
+            doc.insert_group(0, target.CONFIG_NAME, None)
+            self.change(
+                doc,
+                "add-group",
+                target.CONFIG_NAME,
+                note="extends the target's root config: every key this file does not set comes from it",
+            )
+        if not any(entry.rstrip("/") == target.SEARCHPATH for entry, _ in doc.searchpath()):
+            paths = [entry for entry, _ in doc.searchpath()] + [target.SEARCHPATH]
+            doc.set("hydra.searchpath", paths, first=True)
+            self.change(doc, "set", "hydra.searchpath", new=str(paths), note="where Hydra finds the target's root")
+        name = os.path.splitext(os.path.basename(doc.report.path))[0]
+        if name == target.CONFIG_NAME:
+            doc.report.find(
+                "warning",
+                "defaults",
+                f"this file extends verl-omni's `{target.CONFIG_NAME}` but has the same name: in its own folder Hydra "
+                f"would find this file again. Save it under another name (`-o my_{target.CONFIG_NAME}.yaml`) and "
+                f"run with `--config-name my_{target.CONFIG_NAME}`",
+                rule_id=self.id,
+            )
+
     def describe(self) -> str:
         """Return what is added."""
+        if target.extends_root():
+            return (
+                f"root configs: extend the target's root (`- {target.CONFIG_NAME}` first in the defaults list, "
+                f"`hydra.searchpath: [{target.SEARCHPATH}]`); verl's groups go"
+            )
         entries = ", ".join(f"`{g}@{p}: {o}`" if p else f"`{g}: {o}`" for g, p, o in target.ROOT_DEFAULTS)
         return f"root configs: adds the target's defaults entries they lack ({entries}); flags unknown groups"
 
@@ -173,6 +205,8 @@ class GroupFileDefaults(Rule):
             return
         group = target.group_of_package(doc.package)
         if group is None:
+            if target.extends_root():
+                self._drop_verl_bases(doc)
             return
         while True:
             gone = [
@@ -195,6 +229,21 @@ class GroupFileDefaults(Rule):
                 f"this file no longer layers on `{e.group}`: {note}. When it replaces verl-omni's "
                 f"`{group}/{target.GROUP_OPTIONS.get(group, ('?',))[0]}.yaml` it must define every key that file "
                 "defines; or keep only your changes, in a root config",
+            )
+
+    def _drop_verl_bases(self, doc: Doc) -> None:
+        """The target has no groups: the file layers on its root; own entries naming verl's bases go."""
+        notes = dict(self.notes)
+        while gone := [e for e in doc.group_entries() if e.package is None and e.option is None and e.group in notes]:
+            e = gone[0]
+            doc.delete_group(e)
+            self.change(doc, "drop-group", f"defaults: {e.group}", old=e.group, note=notes[e.group])
+            self.semantic(
+                doc,
+                doc.package,
+                f"this file no longer layers on `{e.group}`: {notes[e.group]}. verl-omni's config has no config "
+                f"groups: list this file after `{target.CONFIG_NAME}` in your root config's defaults list "
+                f"(`- <folder>@{doc.package}: <file name>`); its keys then override the installed config's",
             )
 
     def describe(self) -> str:

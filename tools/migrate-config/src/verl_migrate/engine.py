@@ -37,7 +37,8 @@ def select_rules(fmt: str, only: Iterable[str] | None = None, skip: Iterable[str
 def run(doc: Doc, rules: list[Rule]) -> None:
     """Apply `rules` to `doc`, rewrite `${...}` references to moved keys, and add findings to `doc.report`."""
     for rule in rules:
-        rule.apply(doc)
+        if rule.fits_target():
+            rule.apply(doc)
     if doc.is_legacy():
         for path, message, rule_id, line in doc.pending:
             doc.report.find("semantic", path, message, rule_id=rule_id, line=line)

@@ -200,26 +200,40 @@ class RenameValue(Rule):
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class ReplaceTarget(RenameValue):
-    """The `_target_` class of a config node moved (e.g. `verl.workers.config.*` → `verl_omni.workers.config.*`).
+    """The `_target_` class of a config node moved (e.g. `verl.workers.config.*` → `verl_omni.*`).
 
-    An empty `new` means the target's config names no class for the node: the old `_target_` is dropped.
+    With `node`, the new class is the one the target's config names for that node (read when the rule runs, from
+    `verl_migrate.target`); an empty result means the target names no class there: the old `_target_` is dropped.
     """
+
+    node: str = ""
 
     kind: ClassVar[str] = "replace-target"
 
+    def _resolved(self) -> ReplaceTarget:
+        if not self.node:
+            return self
+        from verl_migrate.target import target_class_or_none
+
+        return dataclasses.replace(self, new=target_class_or_none(self.node) or "")
+
     def apply(self, doc: Doc) -> None:
         """Rename the class, or drop the key when the target names none."""
-        if self.new:
-            super().apply(doc)
+        rule = self._resolved()
+        if rule.new:
+            RenameValue.apply(rule, doc)
             return
-        for path in self._targets(doc):
-            if not doc.is_map(path) and any(same_value(doc.get(path), o) for o in self.old):
-                self.change(doc, "drop", path, old=text_of(doc, path), note="verl-omni's config names no class here")
+        for path in rule._targets(doc):
+            if not doc.is_map(path) and any(same_value(doc.get(path), o) for o in rule.old):
+                rule.change(doc, "drop", path, old=text_of(doc, path), note="verl-omni's config names no class here")
                 doc.delete(path)
 
     def describe(self) -> str:
         """Return "`path`: `old` → `new`" (or "dropped")."""
-        return super().describe() if self.new else f"`{self.path}`: {' / '.join(f'`{o}`' for o in self.old)} dropped"
+        rule = self._resolved()
+        if rule.new:
+            return RenameValue.describe(rule)
+        return f"`{rule.path}`: {' / '.join(f'`{o}`' for o in rule.old)} dropped"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -349,19 +363,36 @@ class SetExplicitDefault(Rule):
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class RewriteDefaultsEntry(Rule):
-    """An old Hydra config group is renamed (`new_group`, options mapped by `options`) or gone (`drop`)."""
+    """An old Hydra config group is renamed (`new_group`, options mapped by `options`) or gone (`drop`).
+
+    With `follow_target`, the new group is the one the target's root composes at `package` (read when the rule runs,
+    from `verl_migrate.target.new_group`); the entry goes when the target has none.
+    """
 
     group: str = ""
     new_group: str | None = None
     options: tuple[tuple[str, str], ...] = ()
     drop_entry: bool = False
+    follow_target: bool = False
+    package: str | None = None
 
     kind: ClassVar[str] = "defaults-entry"
     phase: ClassVar[int] = PHASE_DEFAULTS
 
+    def _resolved(self) -> RewriteDefaultsEntry:
+        if not self.follow_target:
+            return self
+        from verl_migrate.target import new_group
+
+        new = new_group(self.package, self.group)
+        return dataclasses.replace(self, new_group=new, drop_entry=new is None, follow_target=False)
+
     def apply(self, doc: Doc) -> None:
         """Rewrite or drop every matching defaults entry / group override (not a config-group file's own list)."""
         if doc.package:
+            return
+        if self.follow_target:
+            self._resolved().apply(doc)
             return
         while True:
             match = [e for e in doc.group_entries() if e.group == self.group]
@@ -379,6 +410,8 @@ class RewriteDefaultsEntry(Rule):
 
     def describe(self) -> str:
         """Return the group mapping."""
+        if self.follow_target:
+            return self._resolved().describe()
         if self.drop_entry:
             return f"defaults entry `{self.group}` removed"
         opts = "".join(f"; `{a}` → `{b}`" for a, b in self.options)

@@ -1,8 +1,10 @@
 """`--validate`: check a migrated config against verl-omni, by key path.
 
-With verl-omni installed, its Hydra config (`verl_omni/trainer/config/diffusion_trainer.yaml`) is composed with the
-result when it exists (`verl_migrate.compose`); otherwise the result is checked against the verl-omni key tree shipped
-with this tool, and the report says what that does not cover (`NOT_CHECKED`).
+With this project's verl-omni installed, the result is composed with its Hydra config and checked by its trainer's
+`load_config`, as `verl-omni-train` would before starting (`verl_migrate.trainer_check`). With a verl-omni whose
+config composes groups but has no such loader, the result is composed with Hydra alone (`verl_migrate.compose`).
+Without verl-omni's config, the result is checked against the key tree shipped with this tool, and the report says
+what that does not cover (`NOT_CHECKED`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,23 @@ def omni_config_dir() -> str | None:
         if os.path.isfile(os.path.join(folder, f"{CONFIG_NAME}.yaml")):
             return folder
     return None
+
+
+def trainer_loader() -> bool:
+    """Return whether the installed verl-omni has this project's trainer config loader (`load_config`)."""
+    if not target.extends_root() or omni_config_dir() is None:
+        return False
+    try:
+        return importlib.util.find_spec(f"{CONFIG_PACKAGE}.loader") is not None
+    except ImportError:  # a parent package fails to import: report as not installed
+        return False
+
+
+def _errors(found: list[tuple[str, str]], report: FileReport) -> int:
+    before = len(report.findings)
+    for key, problem in found:
+        report.find("error", key, problem)
+    return len(report.findings) - before
 
 
 def _type_error(path: str, value: Any) -> str | None:
@@ -110,6 +129,14 @@ def validate_yaml(data: Any, report: FileReport, *, package: str | None = None, 
 
     doc = YamlDoc(data, FileReport(report.path), package=package or "")
     folder = omni_config_dir()
+    if text is not None and trainer_loader():
+        from verl_migrate import trainer_check
+
+        if package:
+            return _errors(trainer_check.check_group_file(text, package), report)
+        if not doc.group_entries() and not doc.full_dump:  # a few keys: they layer on the trainer's root
+            text = f"defaults:\n  - {CONFIG_NAME}\n  - _self_\n" + text
+        return _errors(trainer_check.check_root(text), report)
     if folder is not None and text is not None and (package or doc.group_entries()):
         from verl_migrate.compose import Composer
 
@@ -145,6 +172,13 @@ def validate_overrides(words: list[str], report: FileReport) -> int:
 
     entries = [e for e in (parse_override(w) for w in words) if e.is_config and e.prefix != "~"]
     folder = omni_config_dir()
+    if trainer_loader():
+        from verl_migrate import trainer_check
+
+        found, unchecked = trainer_check.check_overrides([e.token() for e in entries])
+        for key in unchecked:
+            report.find("warning", key, "value from a shell variable: known only when the script runs; not checked")
+        return _errors(found, report)
     if folder is not None:
         # a shell variable is known only when the script runs: compose with the key marked as to-be-given
         tokens = [e.token() if "$" not in str(e.value) else f"{e.prefix}{e.key}=???" for e in entries]

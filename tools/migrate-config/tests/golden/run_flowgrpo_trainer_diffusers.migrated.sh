@@ -61,7 +61,7 @@ python3 -m verl_omni.trainer.main_diffusion \
     reward.num_workers=1 \
     reward.reward_manager.name=VisualRewardManager \
     reward.reward_model.enable=False \
-    trainer.logger=console \
+    trainer.logger=[console] \
     trainer.project_name=verl-test \
     trainer.experiment_name=flowgrpo-diffusion-e2e \
     trainer.log_val_generations=0 \

@@ -14,6 +14,13 @@ CASES = all_cases()
 
 
 def _run(case: Case, which: str) -> tuple[str | list[str], FileReport]:
+    from verl_migrate.upstream import pinned
+
+    with pinned(case.target):
+        return _run_pinned(case, which)
+
+
+def _run_pinned(case: Case, which: str) -> tuple[str | list[str], FileReport]:
     only = [case.rule_id]
     if case.fmt == "yaml":
         return migrate_yaml_text(case.text(which), only=only)
@@ -28,6 +35,13 @@ def _expected(case: Case, which: str):
 
 
 def _validate(case: Case) -> list:
+    from verl_migrate.upstream import pinned
+
+    with pinned(case.target):
+        return _validate_pinned(case)
+
+
+def _validate_pinned(case: Case) -> list:
     report = FileReport("<expected>")
     if case.fmt == "yaml":
         data = yaml_io.load(case.text("after"), "<expected>")
@@ -115,9 +129,11 @@ def test_rule_rewrite_yaml_variant(case: Case) -> None:
     from ruamel.yaml import YAML
 
     from verl_migrate.keys import normalize
+    from verl_migrate.upstream import pinned
 
     buf = io.StringIO()
     YAML().dump(_nest(case.words("before")), buf)
-    out, report = migrate_yaml_text(buf.getvalue(), only=[case.rule_id])
+    with pinned(case.target):
+        out, report = migrate_yaml_text(buf.getvalue(), only=[case.rule_id])
     assert {c.rule_id for c in report.changes} == {case.rule_id}
     assert normalize(yaml_io.load(out, "out")) == _nest(case.words("after"))

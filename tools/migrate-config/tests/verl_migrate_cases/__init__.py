@@ -19,6 +19,8 @@ class Case:
     before: str
     after: str
     finding: str = ""
+    #: the target the case runs against: upstream verl-omni's frozen tree, or this project's config ("project")
+    target: str = "upstream"
 
     def text(self, which: str) -> str:
         """Return the dedented before/after text."""

@@ -1,5 +1,6 @@
 from verl_migrate.keys import head_defaults
 from verl_migrate.target import root_keys
+from verl_migrate.upstream import pinned
 from verl_migrate_cases import noop, rewrite
 
 
@@ -33,7 +34,8 @@ def _root_text(skip: tuple[str, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_BEFORE = _root_text(("algorithm.trainer_type", "algorithm.sample_source"))
+with pinned():  # the case tables are built at import; the rule tests run against upstream's root (conftest.py)
+    _BEFORE = _root_text(("algorithm.trainer_type", "algorithm.sample_source"))
 # the two keys the target's entry point reads, written by hand after the last key of `algorithm:`
 _AFTER = _BEFORE.replace(
     "    rollout_rs_threshold: null\n",

@@ -63,13 +63,16 @@ def _default_of(path: str) -> str | None:
 class Rule:
     """Common fields: a stable kebab-case `id`, the verl-omni version `since`, a one-line `summary`.
 
-    `refs` are the row numbers of legacy_surface.md §3.4 the rule implements.
+    `refs` are the row numbers of legacy_surface.md §3.4 the rule implements. `when_target` lists `(key, default)`
+    pairs the target's key tree must hold for the rule to run: a rule about a default of upstream verl-omni that this
+    project's config does not share (e.g. upstream's importlib reward manager) is then skipped.
     """
 
     id: str
     since: str
     summary: str
     refs: tuple[int, ...] = ()
+    when_target: tuple[tuple[str, str], ...] = ()
 
     kind: ClassVar[str] = "rule"
 
@@ -83,6 +86,12 @@ class Rule:
     def apply(self, doc: Doc) -> None:
         """Rewrite `doc` in place and record what was done in `doc.report`."""
         raise NotImplementedError
+
+    def fits_target(self) -> bool:
+        """Return whether the target's key tree holds every `(key, default)` of `when_target`."""
+        from verl_migrate.keys import head_defaults
+
+        return all(head_defaults().get(key) == value for key, value in self.when_target)
 
     def path_map(self) -> list[tuple[str, str]]:
         """Return the `(old_path, new_path)` pairs interpolations must follow."""

@@ -40,6 +40,8 @@ for _id, _group, _package, _options in (
             new_group=_new,
             options=_options,
             drop_entry=_new is None,
+            follow_target=True,
+            package=_package,
         )
     )
 

@@ -67,6 +67,7 @@ register(
         id="tokenizer-path-fallback",
         since="0.1.0",
         summary="With `tokenizer_path: null` verl-omni uses the model folder if `<path>/tokenizer` is missing.",
+        when_target=((f"{MODEL}.tokenizer_path", "null"),),
         path=f"{MODEL}.tokenizer_path",
         condition="equals",
         values=(None,),
@@ -80,6 +81,7 @@ register(
         id="attn-backend-fa3-default",
         since="0.1.0",
         summary="verl-omni defaults to FlashAttention-3 (`model.attn_backend`, `rollout.rollout_attn_backend`).",
+        when_target=((f"{MODEL}.attn_backend", "_flash_3_varlen_hub"),),
         path=f"{MODEL}.attn_backend",
         condition="absent",
         message="old verl used the diffusers / vLLM-Omni default attention; verl-omni defaults to FA3 "

@@ -8,6 +8,8 @@ from verl_migrate.kinds import Drop, Flag, RenameValue
 from verl_migrate.rules.base import register
 
 _RM = "reward.reward_manager"
+#: upstream's importlib reward manager; this project's trainer keeps the registry name `visual` (rules skipped)
+_IMPORTLIB = ((f"{_RM}.source", "importlib"),)
 
 register(
     RenameValue(
@@ -15,6 +17,7 @@ register(
         since="0.1.0",
         summary="Reward manager `visual` (registry) is now `VisualRewardManager` loaded by importlib.",
         refs=(35,),
+        when_target=_IMPORTLIB,
         path=f"{_RM}.name",
         old=("visual",),
         new="VisualRewardManager",
@@ -39,6 +42,7 @@ register(
         since="0.1.0",
         summary="The dumped default reward manager `naive` scores text; diffusion runs use `VisualRewardManager`.",
         refs=(35,),
+        when_target=_IMPORTLIB,
         path=f"{_RM}.name",
         condition="equals",
         values=("naive",),
@@ -61,5 +65,19 @@ register(
         "copy or "
         "at verl-omni's `verl_omni/utils/reward_score/genrm_ocr.py` (same `compute_score_ocr`)",
         late=True,
+    )
+)
+
+register(
+    RenameValue(
+        id="reward-manager-naive-to-visual",
+        since="0.2.0",
+        summary="verl's text reward manager `naive` (dumped default) becomes this project's image manager `visual`.",
+        refs=(35,),
+        # this project's trainer keeps the registry name `visual` and refuses `naive`
+        when_target=((f"{_RM}.name", "visual"),),
+        path=f"{_RM}.name",
+        old=("naive",),
+        new="visual",
     )
 )

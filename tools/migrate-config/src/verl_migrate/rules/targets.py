@@ -8,6 +8,7 @@ from verl_migrate.kinds import RenameValue, ReplaceTarget
 from verl_migrate.rules._targets import ACTOR, MODEL, REF, ROLLOUT, VAL
 from verl_migrate.rules.base import register
 from verl_migrate.target import target_class_or_none
+from verl_migrate.target_kinds import FollowTargetClasses
 
 for _id, _node, _old, _row in (
     ("target-actor-config", ACTOR, "verl.workers.config.FSDPActorConfig", 32),
@@ -28,6 +29,7 @@ for _id, _node, _old, _row in (
             path=f"{_node}._target_",
             old=tuple(dict.fromkeys((_old, _old.replace("verl.workers.config.", "verl.workers.config.diffusion.")))),
             new=_new,
+            node=_node,
         )
     )
 
@@ -39,5 +41,13 @@ register(
         path="**",
         old=("verl.workers.rollout.vllm_rollout.utils.vLLMOmniColocateWorkerExtension",),
         new="verl_omni.workers.rollout.vllm_rollout.utils.vLLMOmniColocateWorkerExtension",
+    )
+)
+
+register(
+    FollowTargetClasses(
+        id="target-classes-follow",
+        since="0.2.0",
+        summary="Any other `_target_` naming a `verl.*` class becomes the class the target's config names there.",
     )
 )

@@ -6,6 +6,7 @@ legacy_surface.md §3.4 row 39).
 
 from verl_migrate.kinds import Drop
 from verl_migrate.rules.base import register
+from verl_migrate.target_kinds import ScalarToList
 
 register(
     Drop(
@@ -26,5 +27,14 @@ register(
         refs=(39,),
         paths=("trainer.balance_batch", "trainer.critic_warmup", "trainer.max_critic_ckpt_to_keep"),
         note="the diffusion trainer does not read this key",
+    )
+)
+
+register(
+    ScalarToList(
+        id="trainer-logger-list",
+        since="0.2.0",
+        summary="`trainer.logger=console` (one string, which verl accepted) becomes the list `[console]`.",
+        path="trainer.logger",
     )
 )
