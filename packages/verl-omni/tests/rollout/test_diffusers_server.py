@@ -230,6 +230,12 @@ def test_config_without_model_path_is_refused():
         DiffusersHttpServer(DiffusionRolloutConfig())
 
 
+def test_tensor_parallel_is_refused_naming_the_key(tiny_qwen_image_path):
+    config = RolloutConfig(model={"path": str(tiny_qwen_image_path)}, name="diffusers", tensor_model_parallel_size=2)
+    with pytest.raises(ValueError, match=r"rollout\.tensor_model_parallel_size=2"):
+        DiffusersHttpServer(config)
+
+
 def test_plain_rollout_config_serves_with_sampling_defaults(tiny_qwen_image_path):
     server = DiffusersHttpServer(
         RolloutConfig(model={"path": str(tiny_qwen_image_path)}, name="diffusers", device="cpu")

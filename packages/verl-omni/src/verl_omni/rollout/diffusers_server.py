@@ -65,6 +65,11 @@ class DiffusersHttpServer(RolloutHttpServer):
                 "rollout.model.path is not set: build the server config with "
                 "DiffusionRolloutConfig.with_model(actor_rollout_ref.model.path)"
             )
+        if config.tensor_model_parallel_size != 1:
+            raise ValueError(
+                f"rollout.tensor_model_parallel_size={config.tensor_model_parallel_size}: the diffusers backend serves "
+                "one device per server; set it to 1 (or use rollout.name=vllm_omni)"
+            )
         self._device = _resolve_device(config.device)
         if isinstance(config, DiffusionRolloutConfig):
             self._dtype, self._external_lib = config.torch_dtype, config.external_lib
