@@ -1,6 +1,6 @@
-"""Colocated training on two GPUs with NCCL: two actor ranks and two rollout servers share the GPUs (bf16 rollout).
+"""Colocated training on GPUs with NCCL: one actor rank and one rollout server per GPU share it (1 and 2 GPUs).
 
-Run on a machine with at least two CUDA GPUs:
+Run on a machine with CUDA GPUs (the 2-GPU cases skip below two GPUs):
 
     nox -s tests -- packages/verl-omni/tests/trainer/test_trainer_gpu.py -q
 """
@@ -14,24 +14,30 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.ray,
     pytest.mark.slow,
-    pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs"),
+    pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA GPU"),
+]
+
+_GPUS = [
+    pytest.param(1, id="1gpu"),
+    pytest.param(2, id="2gpu", marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")),
 ]
 
 
 @pytest.fixture(scope="module")
 def ray_gpus():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=8, num_gpus=min(torch.cuda.device_count(), 2), include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
 
 @pytest.mark.parametrize("rollout_dtype", ["float32", "bfloat16"])
-def test_two_gpus_colocated_nccl(ray_gpus, trainer_run, tmp_path, rollout_dtype):
+@pytest.mark.parametrize("n_gpus", _GPUS)
+def test_gpus_colocated_nccl(ray_gpus, trainer_run, tmp_path, n_gpus, rollout_dtype):
     nodes = []
     overrides = [
         "trainer.device=cuda",
-        "trainer.n_gpus_per_node=2",
+        f"trainer.n_gpus_per_node={n_gpus}",
         "trainer.total_training_steps=3",
         "trainer.test_freq=3",
         f"actor_rollout_ref.rollout.dtype={rollout_dtype}",

@@ -2,10 +2,10 @@
 
 One step (numbered as in `train`): prompts → rollout of `n` images per prompt with a pinned SDE window (the
 agent loop's requests to the `RolloutReplica`'s HTTP servers) → the rollout sleeps → reward → group advantages →
-old log-probs (recomputed, or the rollout's in bypass mode) → reference transition means (with the KL term) →
-policy update → the rollout wakes and actor rank 0 streams the new weights to every server (`update_weights`, in
-memory) → validation every `trainer.test_freq` → checkpoint every `trainer.save_freq` → metrics. The components
-it drives are `Protocol`s (`verl_omni.trainer.protocols`), built by
+old log-probs (recomputed; fused into an on-policy update; or the rollout's in bypass mode) → reference transition
+means (with the KL term) → policy update → the rollout wakes and actor rank 0 streams the new weights to every
+server (`update_weights`, in memory) → validation every `trainer.test_freq` → checkpoint every
+`trainer.save_freq` → metrics. The components it drives are `Protocol`s (`verl_omni.trainer.protocols`), built by
 `verl_omni.trainer.components.build_components` unless handed in.
 """
 
@@ -49,7 +49,9 @@ class FlowGRPOTrainer:
       pinned for every request of the step.
     * Colocated rollout: the servers sleep while the actor trains and wake for the weight sync
       (`rollout.free_cache_engine`; false keeps them awake).
-    * Old log-probs: recomputed by the actor (default), or the rollout's with
+    * Old log-probs: recomputed by the actor; or, when the update is on-policy (`actor.ppo_epochs` 1, one
+      mini-batch per step), taken by the update from its own forwards with no separate pass
+      (`algorithm.rollout_correction.fuse_on_policy_old_log_prob`, on by default); or the rollout's with
       `algorithm.rollout_correction.bypass_mode`.
     * KL to the reference: `actor.use_kl_loss` (LoRA: adapters disabled; full fine-tuning: a frozen engine).
     * Validation: every `trainer.test_freq` steps, before training (`trainer.val_before_train`), or only
@@ -73,6 +75,13 @@ class FlowGRPOTrainer:
         self.steps_trained = self.window or self.train_sampling.num_inference_steps - 1
         self.seed = rollout.seed or 0
         self.bypass = config.algorithm.rollout_correction.bypass_mode
+        self.fuse_old_log_prob = config.fuse_old_log_prob
+        source = "recomputed before the update"
+        if self.bypass:
+            source = "the rollout's (bypass mode)"
+        elif self.fuse_old_log_prob:
+            source = "taken by the on-policy update from its own forwards (fused)"
+        logger.info("old log-probs: %s", source)
         self.use_kl = config.actor_rollout_ref.actor.use_kl_loss
         self.free_cache = rollout.free_cache_engine
         self.step = 0
@@ -153,10 +162,11 @@ class FlowGRPOTrainer:
                         std_repeat=self.steps_trained,
                     )
 
-                # 6. old log-probs: recomputed under the current weights, or the rollout's (bypass mode)
+                # 6. old log-probs: the rollout's (bypass mode); or none here when the update is on-policy and
+                #    fused (it takes them from its own forwards, detached); or recomputed under the current weights
                 if self.bypass:
                     batch["old_log_probs"] = batch["log_probs"].clone()
-                else:
+                elif not self.fuse_old_log_prob:
                     with _timer(timing, "old_log_prob"):
                         batch["old_log_probs"] = torch.cat(c.actor.run_split("compute_log_prob", batch))
                     metrics.update(self._peak_memory("old_log_prob"))

@@ -12,18 +12,24 @@ __all__ = ["DiffusionAlgoConfig", "RolloutCorrectionConfig"]
 
 @dataclasses.dataclass
 class RolloutCorrectionConfig(BaseConfig):
-    """`algorithm.rollout_correction.*`: reuse the rollout's log-probs as the old ones (bypass mode).
+    """`algorithm.rollout_correction.*`: where the old log-probs come from (recompute, fused or bypass mode).
 
     Only the plain bypass is implemented: importance-sampling (`rollout_is`) and rejection-sampling
     (`rollout_rs`) corrections are not.
 
     Args:
-        bypass_mode (`bool`, *optional*, defaults to `False`):
+        bypass_mode (`bool`, *optional*, defaults to `False`): where the old log-probs come from.
             `False`: the actor recomputes the old log-probs on the stored trajectory before the update (the
             default). `True`: the rollout's log-probs are the old ones and the recompute is skipped. Caveat: with
             a bf16 rollout the numerical rollout/training mismatch alone is ~1e-5..1e-4 per step, the size of the
             1e-4 clip range, so the first update clips a large share of samples (37-40 % measured on the SD3
             workload); use it with an fp32 rollout or a wider `actor.diffusion_loss.clip_ratio`.
+        fuse_on_policy_old_log_prob (`bool`, *optional*, defaults to `True`): skip the separate recompute when
+            the update is on-policy (`actor.ppo_epochs` 1 and each rank's share of the batch is one mini-batch,
+            i.e. `actor.ppo_mini_batch_size` >= `data.train_batch_size`) and `bypass_mode` is off: the update then
+            takes the old log-probs from its own forwards (detached), the values the recompute would give, with no
+            extra pass. `False`: always run the separate recompute. When the update is not on-policy the recompute
+            runs whatever this says.
         loss_type (`str`, *optional*, defaults to `"ppo_clip"`): only `"ppo_clip"`.
         rollout_is (`str`, *optional*): must be null (importance-sampling correction is not implemented).
         rollout_is_threshold (`float`, *optional*, defaults to `2.0`): unused while `rollout_is` is null.
@@ -33,6 +39,7 @@ class RolloutCorrectionConfig(BaseConfig):
     """
 
     bypass_mode: bool = False
+    fuse_on_policy_old_log_prob: bool = True
     loss_type: Literal["ppo_clip"] = "ppo_clip"
     rollout_is: str | None = None
     rollout_is_threshold: float = 2.0
@@ -66,7 +73,8 @@ class DiffusionAlgoConfig(BaseConfig):
         norm_adv_by_std_in_grpo (`bool`, *optional*, defaults to `True`): divide by the std; `False` is Dr.GRPO.
         global_std (`bool`, *optional*, defaults to `True`): one std over the batch (`False`: per group).
         timestep_fraction (`float`, *optional*, defaults to `1.0`): only 1.0 (every stored window step is trained).
-        rollout_correction (`RolloutCorrectionConfig`): bypass mode (reuse the rollout's log-probs).
+        rollout_correction (`RolloutCorrectionConfig`): the old-log-prob source: recompute, fused into an on-policy
+            update, or the rollout's (bypass mode).
     """
 
     trainer_type: Literal["policy_gradient"] = "policy_gradient"

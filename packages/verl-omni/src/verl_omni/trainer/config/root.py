@@ -113,6 +113,31 @@ class DiffusionTrainerConfig(BaseConfig):
             f"{mini} prompts x rollout.n={n} images do not split over {world} actor ranks",
         )
 
+    @property
+    def on_policy_update(self) -> bool:
+        """Whether every forward of the policy update runs under the weights that sampled the batch.
+
+        The rule `DiffusersFSDPEngine.update_policy` checks before it takes the old log-probs from its own forwards:
+        `actor.ppo_epochs` is 1 and each rank's share of the batch (`data.train_batch_size × rollout.n / world
+        size` images) fits in one local mini-batch (`actor.ppo_mini_batch_size × rollout.n // world size`), so the
+        step makes one optimizer step. With the batch checks above this is `ppo_mini_batch_size >=
+        train_batch_size`.
+        """
+        actor, world = self.actor_rollout_ref.actor, self.trainer.world_size
+        local_batch = self.data.train_batch_size * actor.rollout_n // world
+        local_mini = actor.ppo_mini_batch_size * actor.rollout_n // world
+        return actor.ppo_epochs == 1 and local_mini >= local_batch
+
+    @property
+    def fuse_old_log_prob(self) -> bool:
+        """Whether the trainer skips the old-log-prob recompute and the on-policy update takes them from its forwards.
+
+        True when `algorithm.rollout_correction.fuse_on_policy_old_log_prob` is on, `bypass_mode` is off and the
+        update is on-policy (`on_policy_update`).
+        """
+        correction = self.algorithm.rollout_correction
+        return correction.fuse_on_policy_old_log_prob and not correction.bypass_mode and self.on_policy_update
+
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
