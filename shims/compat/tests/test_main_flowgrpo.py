@@ -34,7 +34,7 @@ def test_old_overrides_are_translated_and_reported() -> None:
     assert not any("extra_configs" in w or "external_lib" in w or "custom_pipeline" in w for w in new)
     # what disappears is said: rule drops, and old keys verl-omni's trainer has no setting for
     assert "drop          actor_rollout_ref.model.external_lib" in text
-    assert "dropped: actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1" in text
+    assert "drop          actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu [1 -> -]" in text
     assert "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1" not in new
     # a key that never existed is not dropped: the trainer reports it with a suggestion
     assert "trainer.totl_training_steps=1" in new

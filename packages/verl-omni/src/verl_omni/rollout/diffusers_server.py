@@ -6,6 +6,7 @@ import gc
 import json
 import random
 import threading
+import warnings
 from typing import Any
 
 import torch
@@ -66,9 +67,11 @@ class DiffusersHttpServer(RolloutHttpServer):
                 "DiffusionRolloutConfig.with_model(actor_rollout_ref.model.path)"
             )
         if config.tensor_model_parallel_size != 1:
-            raise ValueError(
-                f"rollout.tensor_model_parallel_size={config.tensor_model_parallel_size}: the diffusers backend serves "
-                "one device per server; set it to 1 (or use rollout.name=vllm_omni)"
+            warnings.warn(
+                f"rollout.tensor_model_parallel_size={config.tensor_model_parallel_size} is ignored: the diffusers "
+                "backend serves the whole pipeline on one device per server (tensor parallelism needs "
+                "rollout.name=vllm_omni)",
+                stacklevel=2,
             )
         self._device = _resolve_device(config.device)
         if isinstance(config, DiffusionRolloutConfig):
