@@ -79,3 +79,20 @@ def test_the_sde_window_is_pinned_per_step_and_reproducible(tiny_qwen_image_path
         starts.append(start)
     assert set(starts) == {0, 1}  # start in {r0 .. r1 - K} = {0, 1}
     assert [trainer._step_sampling(s)[1] for s in range(1, 30)] == starts  # a step's window depends on the step only
+
+
+def test_init_ray_starts_a_private_local_instance_unless_an_address_is_given(monkeypatch):
+    """With no `ray_init.address` and no RAY_ADDRESS, never join a Ray another job started on this host."""
+    import ray
+
+    from verl_omni.trainer.placement import init_ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert init_ray(load_config([]))
+    assert calls[-1]["address"] == "local" and calls[-1]["num_cpus"] >= 1
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    init_ray(load_config([]))
+    assert calls[-1]["address"] == "10.0.0.1:6379" and "num_cpus" not in calls[-1]

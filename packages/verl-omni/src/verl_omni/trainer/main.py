@@ -46,6 +46,8 @@ def run(argv: Sequence[str]) -> int:
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for chatty in ("httpx", "httpcore"):  # one INFO line per rollout request would bury the per-step metrics line
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
     # 1. config and pre-flight checks: no Ray, no worker
     try:
@@ -72,15 +74,18 @@ def run(argv: Sequence[str]) -> int:
     from verl_omni.trainer.report import learning_margin, read_metrics, write_reward_curve, write_sample_grid
 
     trainer = FlowGRPOTrainer(prepared.config)
+    stage = "during setup"
     try:
         trainer.setup(build_components(prepared, write=tqdm.write))
+        stage = ""
         trainer.train()
     except KeyboardInterrupt:
         print("verl-omni-train: interrupted", file=sys.stderr)
         return EXIT_FAILED
     except Exception as e:
         logger.debug("training failed", exc_info=True)
-        print(f"verl-omni-train: error at step {trainer.step + 1}: {type(e).__name__}: {e}", file=sys.stderr)
+        where = stage or f"at step {trainer.step + 1}"
+        print(f"verl-omni-train: error {where}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         trainer.cleanup()

@@ -40,7 +40,8 @@ def init_ray(config: DiffusionTrainerConfig, *, extra_cpus: int = 0) -> bool:
     address = init.address or os.environ.get("RAY_ADDRESS")
     if address:
         kwargs["address"] = address
-    else:
+    else:  # a private local instance: never join a Ray some other job started on this host
+        kwargs["address"] = "local"
         needed = config.trainer.world_size + extra_cpus
         kwargs["num_cpus"] = init.num_cpus if init.num_cpus is not None else max(os.cpu_count() or 1, needed)
         if init.num_gpus is not None:

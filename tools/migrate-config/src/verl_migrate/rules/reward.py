@@ -56,14 +56,13 @@ register(
     Flag(
         id="reward-fn-example-path",
         since="0.1.0",
-        summary="The OCR reward example left verl; verl-omni ships it as `verl_omni/utils/reward_score/genrm_ocr.py`.",
+        summary="The OCR reward example left verl; this project ships no OCR reward (keep your own copy).",
         refs=(37,),
         path="reward.custom_reward_function.path",
         condition="equals",
         values=("examples/flowgrpo_trainer/reward_fn.py",),
-        message="`examples/flowgrpo_trainer/reward_fn.py` was deleted from verl by #6200; point this at your own "
-        "copy or "
-        "at verl-omni's `verl_omni/utils/reward_score/genrm_ocr.py` (same `compute_score_ocr`)",
+        message="`examples/flowgrpo_trainer/reward_fn.py` was deleted from verl by #6200 and this project ships no "
+        "OCR reward; point this at your own copy of that file (its `compute_score_ocr` signature is accepted as is)",
         late=True,
     )
 )
