@@ -82,7 +82,6 @@ def test_verl_omni_multi_reward_recipe_loads():
             {"reward_manager": {"source": "importlib", "name": "Mine", "module": {"path": "my_manager.py"}}},
             r"reward_manager\.module\.path: .*custom reward manager classes are not implemented",
         ),
-        ({"reward_manager": {"name": "naive"}}, r"reward_manager\.name: unknown reward manager 'naive'.*use `visual`"),
         ({"reward_manager": {"name": "MultiVisualRewardManager"}}, r"reward_functions: expected at least one entry"),
         ({"reward_functions": {"a": {"path": "a.py", "required": False}}}, r"required: expected true"),
         (

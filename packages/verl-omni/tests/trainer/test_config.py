@@ -90,6 +90,8 @@ def test_verl_omni_aliases_follow_their_source():
         (["trainer.logger=[console,mlflow]"], ConfigValueError, r"trainer\.logger: .*unknown: \['mlflow'\]"),
         (["trainer.nnodes=2"], ConfigValueError,
          r"actor_rollout_ref\.rollout\.host: '127\.0\.0\.1' is reachable only from its own node.*=0\.0\.0\.0"),
+        (["reward.reward_manager.name=naive"], ConfigValueError,
+         r"reward\.reward_manager\.name: unknown reward manager 'naive'.*use `visual`"),
         (["actor_rollout_ref.rollout.request_timeout_s=0"], ConfigValueError,
          r"actor_rollout_ref\.rollout\.request_timeout_s: .*timeout in seconds > 0"),
     ],

@@ -128,12 +128,6 @@ class RewardManagerConfig(BaseConfig):
                 key="module.path",
                 owner=type(self).__name__,
             )
-        from verl_omni.reward.manager import get_reward_manager_class  # the registry imports this module
-
-        try:
-            get_reward_manager_class(self.name)
-        except KeyError as e:
-            raise ConfigValueError(e.args[0].split(": ", 1)[-1], key="name", owner=type(self).__name__) from None
 
 
 @dataclasses.dataclass

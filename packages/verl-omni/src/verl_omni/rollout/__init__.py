@@ -4,6 +4,7 @@ The server is registered as rollout backend `diffusers` (entry point group `verl
 `verl_core.rollout.replica.RolloutReplica` launches it from a `DiffusionRolloutConfig`.
 """
 
+from verl_core.rollout.registry import register_backend
 from verl_omni.rollout.agent_loop import (
     DiffusionAgentLoop,
     DiffusionRolloutOutput,
@@ -14,6 +15,11 @@ from verl_omni.rollout.agent_loop import (
 from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
 from verl_omni.rollout.diffusers_server import DiffusersHttpServer
 from verl_omni.rollout.protocol import DiffusionGenerateRequest, DiffusionGenerateResponse
+
+# The entry points in pyproject register both backends for installed dists; registering the same targets on import
+# as well lets a source checkout on PYTHONPATH (no package metadata, e.g. a cluster image) launch them by name.
+register_backend("diffusers", "verl_omni.rollout.diffusers_server:DiffusersHttpServer")
+register_backend("vllm_omni", "verl_omni.rollout.vllm_omni.server:vLLMOmniHttpServer")
 
 __all__ = [
     "DiffusersHttpServer",
