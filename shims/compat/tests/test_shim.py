@@ -112,6 +112,15 @@ def test_not_provided_names_say_why_and_what_replaces_them() -> None:
     assert "from verl_omni.trainer.flow_grpo_trainer import FlowGRPOTrainer" in proc.stderr
 
 
+def test_every_not_provided_name_raises_its_reason() -> None:
+    # all of them, through `from <old> import <name>`: facades, patched upstream modules and the served
+    # `verl.trainer.main_flowgrpo` (a real file, whose `TaskRunner` / `run_flowgrpo` once gave a bare ImportError)
+    proc = run_python(str(LEGACY / "not_provided.py"))
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr[-3000:]
+    proc = run_python("-c", "from verl.trainer.main_flowgrpo import TaskRunner")
+    assert "NotProvidedError: `from verl.trainer.main_flowgrpo import TaskRunner` is not provided" in proc.stderr
+
+
 def test_real_examples_package_wins(tmp_path: Path) -> None:
     pkg = tmp_path / "examples" / "flowgrpo_trainer"
     pkg.mkdir(parents=True)

@@ -3,6 +3,9 @@
 The overrides are translated by verl-migrate-config's rules (`translate_overrides`), the translation is printed
 once (to stderr), overrides that no longer mean anything are reported (never dropped silently), and then
 `verl_omni.trainer.main.run(argv)` trains. `--config-path` / `--config-name` flags pass through unchanged.
+
+Served under the old name `verl.trainer.main_flowgrpo`: its other old names (`TaskRunner`, `run_flowgrpo`) have no
+counterpart and raise verl-compat's `NotProvidedError` (an ImportError) with the mapping's reason.
 """
 
 from __future__ import annotations
@@ -16,7 +19,18 @@ from typing import Any
 __all__ = ["main", "translate_argv"]
 
 NEW_COMMAND = "python -m verl_omni.trainer.main"
+OLD_MODULE = "verl.trainer.main_flowgrpo"
 _ATTENTION = ("semantic", "unknown", "obsolete", "not-implemented", "warning")
+
+
+def __getattr__(name: str) -> Any:
+    """Old names of `verl.trainer.main_flowgrpo` not defined here: served or refused as the mapping says."""
+    if __name__ == OLD_MODULE:
+        from verl_compat import _serve
+
+        if name in _serve.table().name_rows().get(OLD_MODULE, {}):
+            return _serve.serve_name(OLD_MODULE, name, 2)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _schema_has(path: str) -> bool:
