@@ -82,6 +82,16 @@ def test_warning_option_turns_old_names_into_errors() -> None:
     )
     assert proc.returncode == 1
     assert "verl_compat.VerlDeprecationWarning: `from verl.workers.config import DiffusionModelConfig`" in proc.stderr
+    # Python's own line (it reads -W before site-packages is importable) appears once; verl-compat adds none
+    assert proc.stderr.count("Invalid -W option ignored: invalid module name: 'verl_compat'") <= 1, proc.stderr
+    assert "verl-compat: -W option" not in proc.stderr
+
+
+def test_warning_option_with_a_wrong_category_is_reported_by_the_shim() -> None:
+    option = "error::verl_compat.VerlDeprecationWarnings"
+    proc = run_python("-W", option, "-c", "from verl.workers.config import DiffusionModelConfig")
+    assert proc.returncode == 0, proc.stderr
+    assert f"verl-compat: -W option {option!r} ignored: unknown warning category" in proc.stderr, proc.stderr
 
 
 def test_start_up_imports_nothing_heavy() -> None:
