@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_compat.main_flowgrpo import translate_argv
+from verl_compat import VerlDeprecationWarning
+from verl_compat.main_flowgrpo import NEW_COMMAND, main, translate_argv
 
 OLD = [
     line
@@ -83,3 +84,19 @@ def test_a_users_own_config_is_not_overridden_by_old_defaults(tmp_path: Path) ->
     new, text = translate_argv(old)
     assert new == [*old[:4], "actor_rollout_ref.rollout.algo.noise_level=0.9"]  # translated, nothing appended
     assert "  note: actor_rollout_ref.rollout.val_kwargs.algo.noise_level=0.9 — " in text
+
+
+def test_deprecation_names_the_command_the_script_migration_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from verl_migrate.migrate import migrate_script_text
+
+    script, _ = migrate_script_text("python3 -m verl.trainer.main_flowgrpo trainer.total_training_steps=1\n")
+    written = script.split()[2]  # `python3 -m <module> …`: the module a migrated launch script runs
+    monkeypatch.delenv("VERL_COMPAT_SILENT", raising=False)
+    clash = ["actor_rollout_ref.rollout.extra_configs.noise_level=0.9", "actor_rollout_ref.rollout.algo.noise_level=1"]
+    with pytest.warns(VerlDeprecationWarning) as caught:
+        assert main(clash) == 2  # the translation refuses the clash: nothing trains
+    text = str(caught[0].message)
+    assert f"use `verl-omni-train` (or `python -m {written}`)" in text, text
+    _, report = translate_argv(["trainer.total_training_steps=1"])
+    assert f"runs `verl-omni-train` (`python -m {written}`)" in report
+    assert f"new command: {NEW_COMMAND} trainer.total_training_steps=1" in report

@@ -2,7 +2,9 @@
 
 The overrides are translated by verl-migrate-config's rules (`translate_overrides`), the translation is printed
 once (to stderr), overrides that no longer mean anything are reported (never dropped silently), and then
-`verl_omni.trainer.main.run(argv)` trains. `--config-path` / `--config-name` flags pass through unchanged.
+verl-omni's trainer (`verl-omni-train` = `python -m verl_omni.trainer.main_diffusion`, the module
+`verl-migrate-config --script` writes into launch scripts) trains. `--config-path` / `--config-name` flags pass
+through unchanged.
 
 Served under the old name `verl.trainer.main_flowgrpo`: its other old names (`TaskRunner`, `run_flowgrpo`) have no
 counterpart and raise verl-compat's `NotProvidedError` (an ImportError) with the mapping's reason.
@@ -18,7 +20,9 @@ from typing import Any
 
 __all__ = ["main", "translate_argv"]
 
-NEW_COMMAND = "python -m verl_omni.trainer.main"
+NEW_MODULE = "verl_omni.trainer.main_diffusion"  # = verl_migrate.target.ENTRY_MODULE, what migrated scripts run
+NEW_COMMAND = f"python -m {NEW_MODULE}"
+NEW_CONSOLE = "verl-omni-train"  # the console script of the same trainer
 OLD_MODULE = "verl.trainer.main_flowgrpo"
 DEFAULT_CONFIG = "diffusion_trainer"  # old verl's Hydra config of `main_flowgrpo` (the one its defaults belong to)
 _ATTENTION = ("semantic", "unknown", "obsolete", "not-implemented", "warning")
@@ -148,7 +152,7 @@ def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
     config_name = _config_name(flags)
     if config_name is not None and config_name.removesuffix(".yaml") != DEFAULT_CONFIG:
         words, held_notes = _hold_back_old_defaults(words, report, config_name)
-    lines = [f"verl-compat: `python -m verl.trainer.main_flowgrpo` runs `{NEW_COMMAND}`"]
+    lines = [f"verl-compat: `python -m verl.trainer.main_flowgrpo` runs `{NEW_CONSOLE}` (`{NEW_COMMAND}`)"]
     if report.changes:
         lines.append("verl-compat: old overrides translated by verl-migrate-config:")
         lines.extend(
@@ -182,8 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     old = list(sys.argv[1:] if argv is None else argv)
     if os.environ.get("VERL_COMPAT_SILENT", "") in ("", "0"):
         warnings.warn(
-            f"`python -m verl.trainer.main_flowgrpo` is deprecated: use `{NEW_COMMAND}` with migrated overrides "
-            "(`verl-migrate-config --script run.sh` rewrites launch scripts).",
+            f"`python -m verl.trainer.main_flowgrpo` is deprecated: use `{NEW_CONSOLE}` (or `{NEW_COMMAND}`) with "
+            "migrated overrides (`verl-migrate-config --script run.sh` rewrites launch scripts).",
             VerlDeprecationWarning,
             stacklevel=2,
         )
@@ -194,11 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(text, file=sys.stderr, flush=True)
 
-    import verl_omni.trainer.main as trainer_main
+    import importlib
 
+    entry = importlib.import_module(NEW_MODULE)
     # Ray workers and tools that look at sys.argv see the verl-omni command, not the old shim module
-    sys.argv = [trainer_main.__file__ or "verl_omni/trainer/main.py", *new]
-    return trainer_main.run(new)
+    sys.argv = [entry.__file__ or NEW_MODULE.replace(".", "/") + ".py", *new]
+    return entry.run(new)
 
 
 if __name__ == "__main__":
