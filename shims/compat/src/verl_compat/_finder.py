@@ -160,6 +160,9 @@ def install() -> bool:
 
     `-W` / `PYTHONWARNINGS` options naming the category are applied again after the default filter, so that
     `-W error::verl_compat.VerlDeprecationWarning` wins even when Python could not import the category at start-up.
+    (Python reads `-W` before site-packages is on `sys.path`, so it has already printed its own harmless
+    `Invalid -W option ignored: invalid module name: 'verl_compat'`; nothing run from a `.pth` can take that back.)
+    An option that still fails here is reported once, prefixed `verl-compat:`, so the two lines are told apart.
     """
     if _FINDER in sys.meta_path:
         return False
@@ -170,7 +173,7 @@ def install() -> bool:
             try:
                 warnings._setoption(option)  # type: ignore[attr-defined]
             except warnings._OptionError as e:  # type: ignore[attr-defined]
-                print(f"Invalid -W option ignored: {e}", file=sys.stderr)
+                print(f"verl-compat: -W option {option!r} ignored: {e}", file=sys.stderr)
     return True
 
 

@@ -2,7 +2,12 @@
 
 The overrides are translated by verl-migrate-config's rules (`translate_overrides`), the translation is printed
 once (to stderr), overrides that no longer mean anything are reported (never dropped silently), and then
-`verl_omni.trainer.main.run(argv)` trains. `--config-path` / `--config-name` flags pass through unchanged.
+verl-omni's trainer (`verl-omni-train` = `python -m verl_omni.trainer.main_diffusion`, the module
+`verl-migrate-config --script` writes into launch scripts) trains. `--config-path` / `--config-name` flags pass
+through unchanged.
+
+Served under the old name `verl.trainer.main_flowgrpo`: its other old names (`TaskRunner`, `run_flowgrpo`) have no
+counterpart and raise verl-compat's `NotProvidedError` (an ImportError) with the mapping's reason.
 """
 
 from __future__ import annotations
@@ -15,8 +20,22 @@ from typing import Any
 
 __all__ = ["main", "translate_argv"]
 
-NEW_COMMAND = "python -m verl_omni.trainer.main"
+NEW_MODULE = "verl_omni.trainer.main_diffusion"  # = verl_migrate.target.ENTRY_MODULE, what migrated scripts run
+NEW_COMMAND = f"python -m {NEW_MODULE}"
+NEW_CONSOLE = "verl-omni-train"  # the console script of the same trainer
+OLD_MODULE = "verl.trainer.main_flowgrpo"
+DEFAULT_CONFIG = "diffusion_trainer"  # old verl's Hydra config of `main_flowgrpo` (the one its defaults belong to)
 _ATTENTION = ("semantic", "unknown", "obsolete", "not-implemented", "warning")
+
+
+def __getattr__(name: str) -> Any:
+    """Old names of `verl.trainer.main_flowgrpo` not defined here: served or refused as the mapping says."""
+    if __name__ == OLD_MODULE:
+        from verl_compat import _serve
+
+        if name in _serve.table().name_rows().get(OLD_MODULE, {}):
+            return _serve.serve_name(OLD_MODULE, name, 2)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _schema_has(path: str) -> bool:
@@ -65,11 +84,47 @@ def drop_meaningless(overrides: list[str]) -> tuple[list[str], list[str]]:
     return kept, dropped
 
 
+def _config_name(flags: Sequence[str]) -> str | None:
+    """The value of `--config-name` / `-cn` among `flags` (`NAME` or `=NAME`); None when not given."""
+    for i, word in enumerate(flags):
+        flag, eq, value = word.partition("=")
+        if flag in ("--config-name", "-cn"):
+            return value if eq else (flags[i + 1] if i + 1 < len(flags) else None)
+    return None
+
+
+def _hold_back_old_defaults(words: list[str], report: Any, config_name: str) -> tuple[list[str], list[str]]:
+    """Take the old defaults the rules made explicit (`set-default`) out of `words` and `report`.
+
+    Old verl's defaults belong to its `diffusion_trainer` config; another config (the quickstart, a user's own file)
+    sets its own values, which an appended old default would override. Returns (words, note lines).
+    """
+    held = {c.path: c for c in report.changes if c.action == "set-default"}
+    if not held:
+        return words, []
+    report.changes = [c for c in report.changes if c.action != "set-default"]
+    report.findings = [f for f in report.findings if not (f.path in held and f.rule_id == held[f.path].rule_id)]
+    kept, notes = [], []
+    for word in words:
+        change = held.get(word.partition("=")[0].lstrip("+~"))
+        if change is None:
+            kept.append(word)
+        else:
+            notes.append(f"  note: {word} — {change.note}")
+    head = (
+        f"verl-compat: note: `--config-name {config_name}` is not old verl's `{DEFAULT_CONFIG}`, so old verl's "
+        "defaults are not written over its values; add these overrides to keep old verl's behaviour:"
+    )
+    return kept, [head, *notes]
+
+
 def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
     """Old argv -> (verl-omni argv, the printed translation report).
 
     Flags (words starting with `-`, with their value when given as a separate word) are kept as they are and
-    put first; every other word is a Hydra override translated by verl-migrate-config.
+    put first; every other word is a Hydra override translated by verl-migrate-config. Old defaults that the
+    rules make explicit (e.g. `lora_rank=32`) are passed on only for old verl's default config
+    (`diffusion_trainer`, also when no `--config-name` is given); for any other config they are listed as notes.
     """
     from verl_migrate.migrate import translate_overrides
 
@@ -93,7 +148,11 @@ def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
         i += 1
     result = translate_overrides(overrides)
     report = result.report
-    lines = [f"verl-compat: `python -m verl.trainer.main_flowgrpo` runs `{NEW_COMMAND}`"]
+    words, held_notes = list(result.overrides), []
+    config_name = _config_name(flags)
+    if config_name is not None and config_name.removesuffix(".yaml") != DEFAULT_CONFIG:
+        words, held_notes = _hold_back_old_defaults(words, report, config_name)
+    lines = [f"verl-compat: `python -m verl.trainer.main_flowgrpo` runs `{NEW_CONSOLE}` (`{NEW_COMMAND}`)"]
     if report.changes:
         lines.append("verl-compat: old overrides translated by verl-migrate-config:")
         lines.extend(
@@ -105,7 +164,8 @@ def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
     if attention:
         lines.append("verl-compat: overrides that no longer mean the same thing (read these):")
         lines.extend(f"  {f.category}: {f.path}: {f.message}" for f in attention)
-    kept, dropped = drop_meaningless(result.overrides)
+    lines.extend(held_notes)
+    kept, dropped = drop_meaningless(words)
     for i, word in enumerate(kept):  # old verl took `trainer.logger=console`; verl-omni wants a list
         key, _, value = word.partition("=")
         if key.lstrip("+") == "trainer.logger" and value and not value.startswith("["):
@@ -126,8 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     old = list(sys.argv[1:] if argv is None else argv)
     if os.environ.get("VERL_COMPAT_SILENT", "") in ("", "0"):
         warnings.warn(
-            f"`python -m verl.trainer.main_flowgrpo` is deprecated: use `{NEW_COMMAND}` with migrated overrides "
-            "(`verl-migrate-config --script run.sh` rewrites launch scripts).",
+            f"`python -m verl.trainer.main_flowgrpo` is deprecated: use `{NEW_CONSOLE}` (or `{NEW_COMMAND}`) with "
+            "migrated overrides (`verl-migrate-config --script run.sh` rewrites launch scripts).",
             VerlDeprecationWarning,
             stacklevel=2,
         )
@@ -138,11 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(text, file=sys.stderr, flush=True)
 
-    import verl_omni.trainer.main as trainer_main
+    import importlib
 
+    entry = importlib.import_module(NEW_MODULE)
     # Ray workers and tools that look at sys.argv see the verl-omni command, not the old shim module
-    sys.argv = [trainer_main.__file__ or "verl_omni/trainer/main.py", *new]
-    return trainer_main.run(new)
+    sys.argv = [entry.__file__ or NEW_MODULE.replace(".", "/") + ".py", *new]
+    return entry.run(new)
 
 
 if __name__ == "__main__":

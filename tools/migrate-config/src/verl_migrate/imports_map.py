@@ -80,7 +80,9 @@ ROWS: tuple[Row, ...] = (
     _n("verl.trainer.main_flowgrpo:main", "verl_omni.trainer.main:run", served="verl_compat.main_flowgrpo:main",
        note="takes old Hydra overrides (argv words), translated with verl-migrate-config's rules"),
     _x("verl.trainer.main_flowgrpo:run_flowgrpo", _NO_RAY_TRAINER, "verl_omni.trainer.main:run"),
-    _x("verl.trainer.main_flowgrpo:TaskRunner", "verl-omni places its Ray workers itself (no TaskRunner)"),
+    _x("verl.trainer.main_flowgrpo:TaskRunner",
+       "verl-omni places its Ray workers itself (verl_omni.trainer.placement), so there is no TaskRunner to "
+       "subclass; run the trainer with verl_omni.trainer.main.run(argv)", "verl_omni.trainer.main:run"),
     # --- algorithm
     _m("verl.trainer.diffusion", "removed", "verl_omni.trainer"),
     _m("verl.trainer.diffusion.diffusion_algos", "removed", "verl_omni.algos"),
