@@ -387,7 +387,7 @@ class DiffusersFSDPEngine:
         metrics["actor/lr"] = torch.tensor(lr)
         if "log_probs" in batch:
             old = torch.cat(own_old) if on_policy_old else batch["old_log_probs"]
-            diffs = rollout_consistency_metrics(old, batch["log_probs"])
+            diffs = rollout_consistency_metrics(old, batch["log_probs"].to(old.device))  # own_old is on the device
             metrics["actor/rollout_logprob_diff_mean"] = diffs["rollout_logprob_diff_mean"]
             metrics["actor/rollout_logprob_diff_max"] = diffs["rollout_logprob_diff_max"]
         return all_reduce_metrics(metrics, self.device)
