@@ -98,7 +98,7 @@ def run_trainer(
 
 def same_metrics(a: dict[str, float], b: dict[str, float]) -> list[str]:
     """Keys whose values differ, timings and throughput excepted."""
-    skip = ("timing_s/", "timing_per_image_ms/", "perf/throughput")
+    skip = ("timing_s/", "timing_share/", "timing_per_image_ms/", "perf/throughput")
     keys = sorted(set(a) | set(b))
     return [k for k in keys if not k.startswith(skip) and a.get(k) != b.get(k)]
 

@@ -163,6 +163,9 @@ def test_two_actor_ranks_and_two_http_servers_sleep_wake_and_sync_every_step(ray
     assert all(m["counters"]["weight_updates"] == 2 and m["weight_version"] == 2 for m in served.values())
     assert all(m["lora_active"] and m["state"] == "ready" for m in served.values())
     assert sum(m["images_generated"] for m in served.values()) == 8
+    # transport + codec time of the HTTP requests (client round trip minus the server's own latency) is logged
+    for row in run.history:
+        assert row["timing_s/gen_request_overhead"] > 0 and 0 < row["timing_share/gen_request_overhead"] < 1
 
 
 def test_lora_binding_no_module_is_an_error_naming_target_modules(ray_session, tiny_qwen_image_path, tmp_path):

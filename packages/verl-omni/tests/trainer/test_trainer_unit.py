@@ -96,3 +96,13 @@ def test_init_ray_starts_a_private_local_instance_unless_an_address_is_given(mon
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     init_ray(load_config([]))
     assert calls[-1]["address"] == "10.0.0.1:6379" and "num_cpus" not in calls[-1]
+
+
+def test_request_overhead_is_the_round_trip_minus_the_server_latency():
+    from verl_omni.trainer.rollout import request_overhead_metrics
+
+    got = request_overhead_metrics([1.0, 2.0], [0.9, 1.5])
+    assert got["timing_s/gen_request_overhead"] == pytest.approx(0.3)
+    assert got["timing_share/gen_request_overhead"] == pytest.approx(0.6 / 3.0)
+    assert request_overhead_metrics([1.0], [float("nan")]) == {}  # a backend that does not report its latency
+    assert request_overhead_metrics([1.0, 2.0], [0.5]) == {}

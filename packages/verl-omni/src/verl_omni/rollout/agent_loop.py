@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -93,6 +94,8 @@ class DiffusionRolloutOutput:
         server_ranks (`list[int]`): the server rank that served each request (-1 when unknown).
         seeds (`list[int]`): the base seed of each request (its rows used `seed + r`).
         latency_s (`list[float]`): seconds each request took, as the agent loop saw it.
+        server_latency_s (`list[float]`): seconds each request took inside its server (the response's `latency_s`;
+            NaN when the backend does not say): `latency_s - server_latency_s` is the transport and codec time.
     """
 
     trajectory: TensorDict
@@ -100,6 +103,7 @@ class DiffusionRolloutOutput:
     server_ranks: list[int]
     seeds: list[int]
     latency_s: list[float]
+    server_latency_s: list[float] = dataclasses.field(default_factory=list)
 
 
 def pin_sde_window(sampling: DiffusionSamplingConfig, step: int, seed: int = 0) -> DiffusionSamplingConfig:
@@ -247,4 +251,5 @@ def _concat(results: list[tuple[dict, int, float]], seeds: list[int], n: int) ->
         server_ranks=[rank for _, rank, _ in results],
         seeds=list(seeds),
         latency_s=[t for _, _, t in results],
+        server_latency_s=[float(f.get("latency_s", math.nan)) for f, _, _ in results],
     )

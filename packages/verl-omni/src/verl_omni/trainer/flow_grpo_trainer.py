@@ -140,6 +140,7 @@ class FlowGRPOTrainer:
                 with _timer(timing, "gen"):
                     batch = c.rollout.generate(records, sampling, seed=self.seed + step * _STEP_SEED_STRIDE)
                 self._check_served_version(batch)
+                metrics.update(getattr(c.rollout, "last_request_metrics", {}))  # transport + codec time
 
                 # 3. the rollout sleeps: the actor gets the devices
                 if self.free_cache:

@@ -74,6 +74,7 @@ class ColocatedRollout:
         from verl_core.rollout.replica import RolloutReplica
         from verl_omni.rollout import get_agent_loop
 
+        self.last_request_metrics: dict[str, float] = {}  # of the latest generate (request_overhead_metrics)
         self.config = config
         self.num_servers = len(slots)
         env = {"env_vars": {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}} if threads else None
@@ -121,7 +122,9 @@ class ColocatedRollout:
             seed=seed,
             negative_prompts=negatives if any(n is not None for n in negatives) else None,
         )
-        return self._run(call, "generate", self.config.request_timeout_s).trajectory
+        out = self._run(call, "generate", self.config.request_timeout_s)
+        self.last_request_metrics = request_overhead_metrics(out.latency_s, out.server_latency_s)
+        return out.trajectory
 
     def sleep(self) -> None:
         """Free the servers' accelerator memory (`rollout.sleep_level`)."""
@@ -203,3 +206,18 @@ class ColocatedRollout:
             return
         rank, reason = min(router.dead.items())
         raise RolloutServiceError(f"rollout server rank {rank} died during {what}: {reason}") from cause
+
+
+def request_overhead_metrics(client_s: Sequence[float], server_s: Sequence[float]) -> dict[str, float]:
+    """Transport + codec time of a step's requests: the client's round trip minus the server's own `latency_s`.
+
+    `timing_s/gen_request_overhead` (mean seconds per request) and `timing_share/gen_request_overhead` (of the
+    summed round trips); empty when a server did not report its latency.
+    """
+    if not client_s or len(server_s) != len(client_s) or any(s != s for s in server_s):  # NaN: not reported
+        return {}
+    over = [max(c - s, 0.0) for c, s in zip(client_s, server_s, strict=True)]
+    return {
+        "timing_s/gen_request_overhead": sum(over) / len(over),
+        "timing_share/gen_request_overhead": sum(over) / max(sum(client_s), 1e-12),
+    }
