@@ -4,14 +4,12 @@ flow_grpo-style SD3 baseline (its structure, written here; not flow_grpo's code)
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
-import os
 import pathlib
-import platform
 import time
 from typing import Any
 
+import bench_fsdp_engine as engine_bench  # shared memory / machine helpers (same folder)
 import torch
 
 FLOW_GRPO_LORA_TARGETS = [
@@ -183,20 +181,12 @@ class Clock:
 
 
 def peak_gib(device: torch.device) -> float | None:
-    return round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None
+    peak = engine_bench.peak_gib(device)
+    return None if peak is None else round(peak, 2)
 
 
-def free_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def machine_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{platform.processor() or 'cpu'} ({os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads)"
+free_memory = engine_bench.reset_peak  # gc, empty the CUDA cache, reset the peak counter
+machine_name = engine_bench.machine_name
 
 
 def median_times(steps: list[dict[str, float]]) -> dict[str, float]:
