@@ -26,6 +26,7 @@ __all__ = [
     "build_reward_manager",
     "get_reward_manager_class",
     "register_reward_manager",
+    "unknown_reward_manager",
 ]
 
 REWARD_MANAGERS: dict[str, type] = {}
@@ -61,10 +62,13 @@ def get_reward_manager_class(name: str) -> type:
     try:
         return REWARD_MANAGERS[name]
     except KeyError:
-        why = f" ({_NOT_HERE[name]})" if name in _NOT_HERE else ""
-        raise KeyError(
-            f"reward.reward_manager.name: unknown reward manager {name!r}{why}; known: {', '.join(REWARD_MANAGERS)}"
-        ) from None
+        raise KeyError(f"reward.reward_manager.name: {unknown_reward_manager(name)}") from None
+
+
+def unknown_reward_manager(name: str) -> str:
+    """Why `name` is not a reward manager here, and the known names (the message of the unknown-name errors)."""
+    why = f" ({_NOT_HERE[name]})" if name in _NOT_HERE else ""
+    return f"unknown reward manager {name!r}{why}; known: {', '.join(REWARD_MANAGERS)}"
 
 
 @register_reward_manager("visual", "VisualRewardManager", "MultiVisualRewardManager")

@@ -8,7 +8,7 @@ from verl_core.config import BaseConfig, ConfigValueError
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig, DiffusionRolloutConfig
 from verl_omni.data import DataConfig
 from verl_omni.reward import RewardConfig
-from verl_omni.reward.manager import get_reward_manager_class
+from verl_omni.reward.manager import REWARD_MANAGERS, unknown_reward_manager
 from verl_omni.trainer.config.algorithm import DiffusionAlgoConfig
 from verl_omni.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 
@@ -94,10 +94,9 @@ class DiffusionTrainerConfig(BaseConfig):
             f"{arr.rollout.host!r} is reachable only from its own node, but trainer.nnodes={self.trainer.nnodes}: the "
             "driver and actor rank 0 call every rollout server over HTTP; set actor_rollout_ref.rollout.host=0.0.0.0",
         )
-        try:  # before any worker starts, not at the first reward
-            get_reward_manager_class(self.reward.reward_manager.name)
-        except KeyError as e:
-            raise ConfigValueError(e.args[0].split(": ", 1)[-1], key="reward.reward_manager.name") from None
+        manager = self.reward.reward_manager.name  # checked before any worker starts, not at the first reward
+        if manager not in REWARD_MANAGERS:
+            raise ConfigValueError(unknown_reward_manager(manager), key="reward.reward_manager.name")
         world = self.trainer.world_size
         prompts = self.data.train_batch_size
         _check(
