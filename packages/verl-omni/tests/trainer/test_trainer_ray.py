@@ -9,6 +9,20 @@ import torch
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
+def _cli_run(model_path, fast_overrides: list[str], tmp_path, *, steps: int) -> list[str]:
+    """`verl-omni-train` arguments of a short quickstart run on the tiny model (run folder and checkpoints in tmp)."""
+    return [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={model_path}",
+        *fast_overrides,
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.val_before_train=false",
+    ]
+
+
 def _assert_state_equal(a: dict, b: dict) -> None:
     assert a["step"] == b["step"]
     assert a["model"].keys() == b["model"].keys()
@@ -94,15 +108,8 @@ def test_a_rollout_server_killed_mid_step_exits_1_naming_it_and_the_last_checkpo
     monkeypatch.setattr(components_module, "build_components", build_with_killer)
     ckpt = tmp_path / "ckpt"
     argv = [
-        "--config-name",
-        "quickstart",
-        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
-        *fast_overrides,
-        f"trainer.run_dir={tmp_path / 'run'}",
-        f"trainer.default_local_dir={ckpt}",
-        "trainer.total_training_steps=3",
+        *_cli_run(tiny_qwen_image_path, fast_overrides, tmp_path, steps=3),
         "trainer.save_freq=1",
-        "trainer.val_before_train=false",
         "actor_rollout_ref.rollout.lifecycle_timeout_s=60",
     ]
     start = time.monotonic()
@@ -211,15 +218,8 @@ def test_a_reward_worker_killed_mid_step_exits_1_naming_it_and_the_last_checkpoi
     (tmp_path / "dying_reward.py").write_text(_DYING_REWARD)
     ckpt = tmp_path / "ckpt"
     argv = [
-        "--config-name",
-        "quickstart",
-        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
-        *fast_overrides,
-        f"trainer.run_dir={tmp_path / 'run'}",
-        f"trainer.default_local_dir={ckpt}",
-        "trainer.total_training_steps=3",
+        *_cli_run(tiny_qwen_image_path, fast_overrides, tmp_path, steps=3),
         "trainer.save_freq=1",
-        "trainer.val_before_train=false",
         "reward.pool=ray",
         "reward.num_workers=1",
         "reward.timeout_s=120",
@@ -239,14 +239,7 @@ def test_a_rollout_request_over_its_timeout_exits_1_naming_the_server_and_the_ca
     from verl_omni.trainer.main import EXIT_FAILED, run
 
     argv = [
-        "--config-name",
-        "quickstart",
-        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
-        *fast_overrides,
-        f"trainer.run_dir={tmp_path / 'run'}",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-        "trainer.total_training_steps=1",
-        "trainer.val_before_train=false",
+        *_cli_run(tiny_qwen_image_path, fast_overrides, tmp_path, steps=1),
         "actor_rollout_ref.rollout.request_timeout_s=0.001",  # no image is that fast: the server times out
     ]
     assert run(argv) == EXIT_FAILED
