@@ -38,8 +38,10 @@ def test_gpu_server_round_trip_sleep_and_lora(model, request):
         assert canonical(traj) == canonical(in_process.trajectory)  # one engine, one request: bit-identical
         on_gpu = server.metrics_snapshot()["param_bytes_on_accelerator"]
         assert on_gpu > 0
+        before_sleep = torch.cuda.memory_allocated()
         run(server.sleep(level=1))
         assert server.metrics_snapshot()["param_bytes_on_accelerator"] == 0
+        assert torch.cuda.memory_allocated() <= before_sleep - on_gpu  # freed without a gc pass
         run(server.wake_up())
         assert server.metrics_snapshot()["param_bytes_on_accelerator"] == on_gpu
         tensors, peft_config = random_transformer_lora(path, seed=1)

@@ -85,9 +85,11 @@ def write_reward_curve(rows: list[dict[str, Any]], path: pathlib.Path, title: st
         x, _ = xy(step, lo)
         draw.line([x, height - pad, x, height - pad + 4], fill="black")
         draw.text((x - 4, height - pad + 8), str(step), fill="black")
-    for step, mean, se in train:
+    for step, mean, se in train:  # error bars with caps; a bar shorter than the dot hides behind it
         (x, y1), (_, y2) = xy(step, mean - se), xy(step, mean + se)
-        draw.line([x, y1, x, y2], fill=(120, 160, 230), width=3)
+        draw.line([x, y1, x, y2], fill=(120, 160, 230), width=2)
+        for y in (y1, y2):
+            draw.line([x - 5, y, x + 5, y], fill=(120, 160, 230), width=2)
     if len(train) > 1:
         draw.line([xy(s, m) for s, m, _ in train], fill=(30, 80, 200), width=2)
     for step, mean, _ in train:
@@ -96,7 +98,7 @@ def write_reward_curve(rows: list[dict[str, Any]], path: pathlib.Path, title: st
     for step, mean in val:
         x, y = xy(step, mean)
         draw.rectangle([x - 4, y - 4, x + 4, y + 4], outline=(200, 60, 30), width=2)
-    draw.text((pad, 12), f"{title}: mean reward per step (blue, ± 1 s.e.) and validation reward (red)", fill="black")
+    draw.text((pad, 12), f"{title}: mean reward per step (blue, bar: ± 1 s.e.), validation (red)", fill="black")
     draw.text((width // 2 - 12, height - 24), "step", fill="black")
     img.save(path)
     return path
