@@ -299,7 +299,9 @@ def print_report(results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="a on cuda, tiny on cpu (tiny-qwen: b's shape)")
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), default=None, help="a on cuda, tiny on cpu (tiny-qwen: b's shape)"
+    )
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None, help="cuda when available")
     parser.add_argument("--variants", default="default", help=f"comma list of {'|'.join(VARIANTS)} joined by +")
     parser.add_argument("--steps", type=int, default=None, help="measured steps (3 on cuda, 2 on cpu)")
