@@ -250,10 +250,12 @@ def summarize(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
 def run_baseline(folder: pathlib.Path, w: Workload, device: str, dtype: str, warmup: int, steps: int) -> dict:
     """`FlowGRPOBaseline` (same folder) for `warmup + steps` steps in this process; median stage times."""
     import torch
-    from trainer_workload_parts import Clock, FlowGRPOBaseline, free_memory, median_times, peak_gib
+    from trainer_workload_parts import Clock, FlowGRPOBaseline, free_memory, median_times
 
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
     free_memory(dev)
+    # the trainer's Ray workers have exited: (nearly) the whole device is free again
+    free_before = round(torch.cuda.mem_get_info(dev)[0] / 2**30, 1) if dev.type == "cuda" else None
     base = FlowGRPOBaseline(folder, w, dev, getattr(torch, dtype))
     base.attach_lora()
     clock, measured = Clock(dev), []
@@ -266,7 +268,7 @@ def run_baseline(folder: pathlib.Path, w: Workload, device: str, dtype: str, war
     images = len(PROMPTS) * w.n
     stage["update_incl_ref"] = stage.pop("update")  # the reference forward is interleaved with the update
     out = {"images_per_s": images / stage["step"], "step_s": stage.pop("step"), "stage_s": stage,
-           "peak_gib": {"step": peak_gib(dev)}}  # fmt: skip
+           "peak_gib": dict(clock.peaks), "device_free_gib_before": free_before}  # fmt: skip
     del base
     free_memory(dev)
     return out
