@@ -217,6 +217,7 @@ def summarize(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         sub["wake_up_and_version_check"] = max(stage["update_weights"] - sub["weight_export"] - sub["weight_send"], 0)
     over = _median(measured, "timing_share/gen_request_overhead")
     share = {k: round(v / step, 4) for k, v in stage.items()}
+    share.update({f"update_weights/{k}": round(v / step, 4) for k, v in sub.items() if k != "gen_request_overhead"})
     if over is not None and "gen" in stage:
         share["gen_request_overhead (est.)"] = round(over * stage["gen"] / step, 4)
     peaks = {
