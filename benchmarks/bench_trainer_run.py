@@ -192,6 +192,11 @@ def run_variant(name: str, base: list[str], run_dir: pathlib.Path, total: int) -
     t0 = time.perf_counter()
     rc = run(argv)
     wall = time.perf_counter() - t0
+    import ray
+
+    if ray.is_initialized():  # the trainer shuts down the Ray it started; anything else is a leak
+        ray.shutdown()
+        print(f"[{name}] Ray was still initialised after the run: shut down")
     metrics = run_dir / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
     return {"overrides": extra, "rc": rc, "wall_s": round(wall, 1), "rows": rows,
@@ -314,6 +319,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args(argv)
     from tqdm.auto import tqdm
+
+    if os.environ.pop("RAY_ADDRESS", None):  # every variant gets a private local Ray, never a shared cluster
+        print("bench_trainer_run: RAY_ADDRESS ignored: each variant starts its own local Ray")
 
     device = args.device or ("cuda" if _has_cuda() else "cpu")
     preset = args.preset or ("a" if device == "cuda" else "tiny")
