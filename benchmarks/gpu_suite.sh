@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in phases, for an H200 machine (run from the repository root):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
-# Phases: env, tests, sampling, core, rollout, engine, engine-compile, dist (needs 2 GPUs), lora-kl, trainer.
+# Phases: env, tests, sampling, core, rollout, engine, engine-compile, dist (needs 2 GPUs), lora-kl, trainer,
+#         trainer-run.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
 #   lora-kl: only the LoRA + KL bf16 loops, one and two GPUs
 #   rollout: bench_diffusion_server.py (trajectory transfer vs generate, mid Qwen-Image, bf16, 512², n=16)
 #   trainer: bench_trainer_workload.py (workload A: flow_grpo-style SD3 loop vs the project's pieces, LoRA + KL)
+#   trainer-run: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout): workload A default and
+#            compiled blocks (+ the flow_grpo-style baseline after), then workload B compiled; 2 warm-up + 3 steps
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -40,6 +43,10 @@ for phase in "$@"; do
     trainer) CUDA_VISIBLE_DEVICES=0 run bench-trainer-workload python3 benchmarks/bench_trainer_workload.py \
                --device cuda --variants "${TRAINER_VARIANTS:-fused,fused+compile+keep,recompute+compile+keep,reuse+compile+keep}" \
                --out "$out" ;;
+    trainer-run) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-a timeout 600 python3 benchmarks/bench_trainer_run.py \
+                   --device cuda --preset a --variants default,compile --warmup 2 --steps 3 --out "$out"
+                 CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 600 python3 benchmarks/bench_trainer_run.py \
+                   --device cuda --preset b --variants compile --warmup 2 --steps 3 --out "$out" ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
     lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \

@@ -76,6 +76,10 @@ def test_verl_omni_aliases_follow_their_source():
     [
         (["trainer.totl_epochs=3"], ConfigKeyError, r"trainer\.totl_epochs: unknown key .*Did you mean 'total_epochs'"),
         (["trainer.total_epochs=abc"], ConfigTypeError, r"trainer\.total_epochs: expected int, got str 'abc'"),
+        (["actor_rollout_ref.actor.fsdp_config.compile_blocks=maybe"], ConfigTypeError,
+         r"actor_rollout_ref\.actor\.fsdp_config\.compile_blocks: expected bool, got str 'maybe'"),
+        (["actor_rollout_ref.ref.fsdp_config.compile_blocks=3"], ConfigTypeError,
+         r"actor_rollout_ref\.ref\.fsdp_config\.compile_blocks: expected bool, got int 3"),
         (["+global_profiler.tool=nsys"], ConfigKeyError, r"global_profiler: the profiler is not implemented"),
         (["+actor_rollout_ref.actor.use_distill_loss=true"], ConfigKeyError,
          r"actor_rollout_ref\.actor\.use_distill_loss: diffusion distillation is not implemented"),

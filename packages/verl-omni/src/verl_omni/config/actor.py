@@ -123,6 +123,8 @@ class FSDPEngineConfig(BaseConfig):
         offload_policy (`bool`): same as `param_offload` (verl's FSDP2 name).
         optimizer_offload (`bool`): move AdamW state to the CPU between updates.
         reshard_after_forward (`bool`): free gathered block params after forward (ZeRO-3) or keep them (ZeRO-2).
+        compile_blocks (`bool`): `torch.compile` each transformer block (`model.fsdp_layer_prefixes`) before
+            sharding; the first steps pay the compile time. Not verl's `use_torch_compile` (an LLM entropy kernel).
         fsdp_size (`int`): shard group size; -1 = all ranks (only -1 or the world size are supported).
         forward_prefetch (`bool`): accepted for compatibility; FSDP2 prefetches one block by default.
         forward_only (`bool`): build no optimizer (reference / log-prob-only engine).
@@ -140,6 +142,7 @@ class FSDPEngineConfig(BaseConfig):
     offload_policy: bool = False
     optimizer_offload: bool = False
     reshard_after_forward: bool = True
+    compile_blocks: bool = False
     fsdp_size: int = -1
     forward_prefetch: bool = False
     forward_only: bool = False

@@ -96,7 +96,9 @@ class ActorWorker:
         device = torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
         ensure_process_group(device, timeout_s=float(self.nccl_timeout))
         kwargs = {"sde_type": self.sde_type, "cps_logprob": self.cps_logprob, "device": device}
-        self.engine = DiffusersFSDPEngine.from_pretrained(self.model_config, self.actor_config, **kwargs)
+        self.engine = DiffusersFSDPEngine.from_pretrained(
+            self.model_config, self.actor_config, compile_blocks=self.actor_config.fsdp_config.compile_blocks, **kwargs
+        )
         if self.ref_config is not None:
             ref_actor = DiffusionActorConfig(
                 rollout_n=self.actor_config.rollout_n,
@@ -107,10 +109,13 @@ class ActorWorker:
                 fsdp_config=self.ref_config.fsdp_config.evolve(forward_only=True),
             )
             ref_model = self.model_config.evolve(lora_rank=0, lora_adapter_path=None)
-            self.ref_engine = DiffusersFSDPEngine.from_pretrained(ref_model, ref_actor, **kwargs)
+            self.ref_engine = DiffusersFSDPEngine.from_pretrained(
+                ref_model, ref_actor, compile_blocks=ref_actor.fsdp_config.compile_blocks, **kwargs
+            )
         return {
             "num_lora_modules": self.engine.num_lora_modules,
             "num_sharded_blocks": self.engine.num_sharded_blocks,
+            "compiled_blocks": _compiled_blocks(self.engine),
             "device": str(device),
         }
 
@@ -189,6 +194,12 @@ class ActorWorker:
         peak = torch.cuda.max_memory_allocated() / 2**30
         torch.cuda.reset_peak_memory_stats()
         return peak
+
+
+def _compiled_blocks(engine: Any) -> int:
+    """How many of the engine's sharded blocks carry a `torch.compile`d forward (`nn.Module.compile`)."""
+    blocks = engine._blocks(engine.module, engine.model_config.fsdp_layer_prefixes)
+    return sum(getattr(block, "_compiled_call_impl", None) is not None for block in blocks)
 
 
 async def _push_http(
