@@ -32,8 +32,8 @@ per-step SDE window start is the trainer's `pin_sde_window` draw (workload B) ra
 
 Timing keys the trainer logs (`timing_s/*`, each a wall-clock span in the driver): `gen`, `rollout_sleep`,
 `reward`, `adv`, `old_log_prob` (absent when fused), `ref`, `update_actor`, `update_weights` (= the rollout's
-wake_up + the export + the HTTP send + the version check; wake_up has no key of its own: it is reported here as
-`update_weights - weight_export - weight_send`), `weight_export`, `weight_send`, and `gen_request_overhead` (the
+wake-up + the export + the HTTP send + the version check), its parts `rollout_wake`, `weight_export`,
+`weight_send`, and `gen_request_overhead` (the
 mean per request of the client round trip minus the server's latency, i.e. trajectory transfer + codec; its
 `timing_share` is of the summed round trips, so its share of the step is estimated as that share x gen / step).
 
@@ -216,10 +216,11 @@ def summarize(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     step = _median(measured, "timing_s/step")
     stage = {s: v for s in STAGES if (v := _median(measured, f"timing_s/{s}")) is not None}
     stage["other"] = max(step - sum(stage.values()), 0.0)
-    sub = {k: v for k in ("weight_export", "weight_send", "gen_request_overhead")
+    sub = {k: v for k in ("rollout_wake", "weight_export", "weight_send", "gen_request_overhead")
            if (v := _median(measured, f"timing_s/{k}")) is not None}  # fmt: skip
-    if "update_weights" in stage and {"weight_export", "weight_send"} <= sub.keys():
-        sub["wake_up_and_version_check"] = max(stage["update_weights"] - sub["weight_export"] - sub["weight_send"], 0)
+    if "update_weights" in stage and {"rollout_wake", "weight_export", "weight_send"} <= sub.keys():
+        parts = sub["rollout_wake"] + sub["weight_export"] + sub["weight_send"]
+        sub["version_check_and_rest"] = max(stage["update_weights"] - parts, 0.0)
     over = _median(measured, "timing_share/gen_request_overhead")
     share = {k: round(v / step, 4) for k, v in stage.items()}
     share.update({f"update_weights/{k}": round(v / step, 4) for k, v in sub.items() if k != "gen_request_overhead"})

@@ -45,7 +45,7 @@ def test_trainer_run_benchmark_measures_the_trainer_per_stage_and_leaves_no_proc
         run["stage_s"]
     )
     assert sum(run["stage_s"].values()) == pytest.approx(run["step_s"], rel=1e-6)
-    assert {"weight_export", "weight_send", "gen_request_overhead", "wake_up_and_version_check"} <= set(
+    assert {"rollout_wake", "weight_export", "weight_send", "gen_request_overhead", "version_check_and_rest"} <= set(
         run["sub_stage_s"]
     )
     assert run["step1"]["pg_clipfrac"] == 0.0  # fp32: the recomputed old log-probs equal the rollout's

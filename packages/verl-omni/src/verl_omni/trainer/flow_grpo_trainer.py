@@ -233,8 +233,11 @@ class FlowGRPOTrainer:
         """Wake the rollout, push the actor's weights as `version`, check every server serves it."""
         c = self._components()
         rollout_cfg = self.config.actor_rollout_ref.rollout
+        wake_s = 0.0
         if self.free_cache:
+            start = time.perf_counter()
             c.rollout.wake_up()
+            wake_s = time.perf_counter() - start
         pushed = c.actor.call(
             "push_weights",
             c.rollout.weight_targets(),
@@ -255,6 +258,7 @@ class FlowGRPOTrainer:
             "perf/weight_sync_bytes": pushed["bytes"],
             "timing_s/weight_export": pushed["export_s"],
             "timing_s/weight_send": pushed["send_s"],
+            "timing_s/rollout_wake": wake_s,
         }
 
     def validate(self, step: int | None = None) -> dict[str, float]:
