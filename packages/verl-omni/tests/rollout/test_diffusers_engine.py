@@ -250,3 +250,15 @@ def test_sleep_and_wake_up_keep_the_merged_output(model, request, tiny_sampling_
     engine.wake_up()
     again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
     assert torch.equal(first["latents"], again["latents"]) and torch.equal(first["log_probs"], again["log_probs"])
+
+
+def test_bf16_merge_adds_a_float32_delta_and_rounds_once(tiny_sd3_path):
+    engine = DiffusersRolloutEngine(tiny_sd3_path, dtype=torch.bfloat16)
+    tensors, config = _lora(tiny_sd3_path, seed=1)
+    engine.update_weights(tensors, lora_config=config)
+    layer = _wrapped(engine)[0]
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    assert a.dtype == b.dtype == torch.float32 and layer.base_layer.weight.dtype == torch.bfloat16
+    w0 = layer.verl_pristine_weight
+    expected = (w0.float() + (b @ a) * layer.scaling["default"]).to(torch.bfloat16)
+    assert torch.equal(layer.base_layer.weight, expected)
