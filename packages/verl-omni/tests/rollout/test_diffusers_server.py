@@ -263,6 +263,17 @@ def test_engine_kwargs_diffusers_are_checked_by_name_and_type(tiny_qwen_image_pa
         DiffusersHttpServer(_config(tiny_qwen_image_path, engine_kwargs=engine_kwargs))
 
 
+def test_merge_lora_switch_is_a_trainer_config_override(tiny_qwen_image_path):
+    from verl_omni.trainer.config.loader import load_config
+
+    path = str(tiny_qwen_image_path)
+    off = "actor_rollout_ref.rollout.engine_kwargs.diffusers.merge_lora=false"
+    rollout = load_config([f"actor_rollout_ref.model.path={path}", off]).actor_rollout_ref.rollout
+    assert DiffusersHttpServer(rollout.with_model(path))._engine_options == {"merge_lora": False}
+    default = load_config([f"actor_rollout_ref.model.path={path}"]).actor_rollout_ref.rollout
+    assert DiffusersHttpServer(default.with_model(path))._engine_options == {}  # the engine's default: merged
+
+
 # ---- config and registry -------------------------------------------------------------------------
 
 
