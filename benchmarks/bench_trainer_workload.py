@@ -21,7 +21,8 @@ One process, one device, the same random SD3 pipeline folder for both implementa
   update is on-policy: one mini-batch, one epoch), and `+compile` (each transformer block compiled).
 
 Reported: images/s end to end per implementation and variant and their ratio to the baseline, time per stage,
-sampling time against the stock diffusers pipeline (`pipe(...)`), step-1 `pg_clipfrac` and the
+sampling time against the stock diffusers pipeline (`pipe(...)`) (in the step, and `generate` alone with the
+synced adapter merged into the base weights, the default, and unmerged in the forward), step-1 `pg_clipfrac` and the
 |old - rollout| log-prob gap, peak memory. JSON and a bar chart PNG go to `--out`.
 
     python benchmarks/bench_trainer_workload.py --device cuda --out "$OUT"        # H200, workload a
@@ -53,6 +54,7 @@ from trainer_workload_parts import (
     Workload,
     build_pipeline_folder,
     free_memory,
+    generate_s,
     lora_targets,
     machine_name,
     median_times,
@@ -350,6 +352,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     entry["vs_baseline"] = entry["images_per_s"] / results["runs"]["baseline"]["images_per_s"]
             save()
 
+        if loop is not None:  # sampling alone: the synced adapter merged (the engine default) vs in the forward
+            from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
+
+            with phase("sampling", results, device) as entry:
+                unmerged = DiffusersRolloutEngine(folder, device=device, dtype=dtype, merge_lora=False)
+                unmerged.update_weights(loop.rollout.weight_table(lora=True), lora_config=loop.lora_config)
+                for name, rollout in (("merged", loop.rollout), ("unmerged", unmerged)):
+                    sec = generate_s(rollout, loop.sampling, clock, warmup, iters)
+                    stock = {"vs_stock": "stock_sampling_s", "vs_stock_lora": "stock_sampling_lora_s"}
+                    ratios = {k: results[v] / sec for k, v in stock.items() if v in results}
+                    entry[f"project generate, adapter {name}"] = {"s": sec, **ratios}
+                del unmerged
+            save()
+
     results["transformer_params"] = n_params
     results["chart"] = str(out / f"bench_trainer_workload_{device.type}_{preset}.png")
     if not chart(results, pathlib.Path(results["chart"])):
@@ -362,7 +378,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def print_shares(results: dict[str, Any]) -> None:
-    """Each run's stage shares of the step and, on CUDA, the peak memory of each stage."""
+    """Each run's stage shares of the step, on CUDA the peak memory of each stage; `generate` alone vs stock."""
+    for name, r in results.get("sampling", {}).items():
+        if isinstance(r, dict):
+            print(f"{name}: {r['s']:.3f} s, x{r.get('vs_stock', float('nan')):.2f} stock, "
+                  f"x{r.get('vs_stock_lora', float('nan')):.2f} stock + peft LoRA")  # fmt: skip
     for name, r in results["runs"].items():
         if "stage_share" in r:
             shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["stage_share"].items())

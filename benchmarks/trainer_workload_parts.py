@@ -195,6 +195,17 @@ def median_times(steps: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(torch.tensor([s[k] for s in steps]).median()) for k in keys}
 
 
+def generate_s(rollout: Any, sampling: Any, clock: Clock, warmup: int, iters: int) -> float:
+    """Median seconds of `rollout.generate(PROMPTS)` alone over `iters` calls after `warmup` (as the stock call)."""
+    times = []
+    for i in range(warmup + iters):
+        clock.start()
+        rollout.generate(PROMPTS, dataclasses.replace(sampling, seed=300 + i))
+        clock.lap("gen")
+        times.append(clock.times.pop("gen"))
+    return float(torch.tensor(times[warmup:]).median())
+
+
 def advantages_of(rewards: torch.Tensor, n: int) -> torch.Tensor:
     """flow_grpo's per-prompt statistics: (r - mean_group) / (std_group + 1e-4), rows prompt-major."""
     r = rewards.double().view(-1, n)

@@ -130,3 +130,135 @@ def test_full_weights_reach_the_base_layers_under_a_lora_adapter(model, engine, 
     torch.testing.assert_close(
         _velocity(engine, engine.transformer, traj), _velocity(engine, other, traj), atol=1e-6, rtol=0
     )
+
+
+# ---- LoRA merged into the base weights (merge_lora=True, the default) ----------------------------------------
+
+
+def _make(model, request, tiny_sampling_config, **kwargs):
+    path = request.getfixturevalue(f"tiny_{model}_path")
+    sampling = tiny_sampling_config.evolve(sde_window_size=2, sde_window_range=[0, 3])
+    return DiffusersRolloutEngine(path, sampling=sampling, **kwargs), path
+
+
+def _lora(path, seed):
+    from verl_omni.testing import random_transformer_lora
+
+    return random_transformer_lora(path, seed=seed, std=0.1)
+
+
+def _served(engine) -> dict[str, torch.Tensor]:
+    """Every tensor the forward uses (merged base weights included), cloned."""
+    return {k: v.detach().clone() for k, v in engine.transformer.state_dict().items()}
+
+
+def _wrapped(engine):
+    from peft.tuners.lora import LoraLayer
+
+    return [m for m in engine.transformer.modules() if isinstance(m, LoraLayer)]
+
+
+def test_merged_generate_equals_unmerged(model, request, tiny_sampling_config):
+    merged, path = _make(model, request, tiny_sampling_config)
+    plain, _ = _make(model, request, tiny_sampling_config, merge_lora=False)
+    tensors, config = _lora(path, seed=1)
+    base = merged.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    for engine in (merged, plain):
+        engine.update_weights(tensors, lora_config=config)
+    assert all(m.merged for m in _wrapped(merged)) and not any(m.merged for m in _wrapped(plain))
+    a = merged.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    b = plain.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert not torch.allclose(a["latents"], base["latents"], atol=1e-3)  # the adapter changes the samples
+    for key in ("latents", "log_probs"):
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=0)
+
+
+def test_successive_lora_updates_merge_from_the_pristine_weights(model, request, tiny_sampling_config):
+    engine, path = _make(model, request, tiny_sampling_config)
+    fresh, _ = _make(model, request, tiny_sampling_config)
+    first, config = _lora(path, seed=1)
+    second, _ = _lora(path, seed=2)
+    engine.update_weights(first, lora_config=config)
+    engine.update_weights(second, lora_config=config)
+    fresh.update_weights(second, lora_config=config)
+    served, expected = _served(engine), _served(fresh)
+    differ = [k for k in expected if not torch.equal(served[k], expected[k])]
+    assert not differ, f"{len(differ)} served tensors differ from a freshly merged engine, e.g. {differ[:3]}"
+    # and the merged base is W0 + delta of the second adapter
+    layer = _wrapped(engine)[0]
+    w0 = layer.verl_pristine_weight
+    torch.testing.assert_close(layer.base_layer.weight, w0 + layer.get_delta_weight("default"), atol=1e-6, rtol=0)
+
+
+def test_full_update_under_a_merged_lora_writes_the_pristine_base(model, request, tiny_sampling_config):
+    from verl_omni.testing import perturbed_transformer_weights
+
+    engine, path = _make(model, request, tiny_sampling_config)
+    tensors, config = _lora(path, seed=1)
+    engine.update_weights(tensors, lora_config=config)
+    full = perturbed_transformer_weights(path, seed=3)
+    engine.update_weights(full)
+    table = engine.weight_table(lora=False)
+    differ = [n for n, t in full.items() if not torch.equal(table[n], t)]
+    assert not differ, f"read-back of {len(differ)} full tensors differs from the sent ones, e.g. {differ[:3]}"
+    lora_table = engine.weight_table(lora=True)
+    assert all(torch.equal(lora_table[n], t) for n, t in tensors.items())
+    # the served model is the new base with the adapter merged in: as an engine given both afresh
+    fresh, _ = _make(model, request, tiny_sampling_config, merge_lora=False)
+    fresh.update_weights(full)
+    fresh.update_weights(tensors, lora_config=config)
+    a = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    b = fresh.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    torch.testing.assert_close(a["latents"], b["latents"], atol=1e-5, rtol=0)
+
+
+def test_remove_lora_restores_the_base_weights_bit_exactly(model, request, tiny_sampling_config):
+    engine, path = _make(model, request, tiny_sampling_config)
+    before = _served(engine)
+    engine.update_weights(_lora(path, seed=1)[0], lora_config=_lora(path, seed=1)[1])
+    engine.update_weights(_lora(path, seed=2)[0], lora_config=_lora(path, seed=2)[1])
+    engine.remove_lora()
+    after = {k.replace(".base_layer.", "."): v for k, v in _served(engine).items() if ".lora_" not in k}
+    assert after.keys() == before.keys()
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert not [n for n, _ in engine.transformer.named_buffers() if "pristine" in n]
+
+
+def test_rejected_lora_update_leaves_the_served_weights(model, request, tiny_sampling_config):
+    engine, path = _make(model, request, tiny_sampling_config)
+    tensors, config = _lora(path, seed=1)
+    engine.update_weights(tensors, lora_config=config)
+    before = _served(engine)
+    other = dict(_lora(path, seed=2)[0])
+    with pytest.raises(KeyError, match="match no parameter"):
+        engine.update_weights({**other, "not.a.lora_A.weight": torch.zeros(2)}, lora_config=config)
+    last = list(other)[-1]  # every earlier tensor would be written before a late shape check
+    with pytest.raises(ValueError, match="shape"):
+        engine.update_weights({**other, last: torch.zeros(*other[last].shape, 2)}, lora_config=config)
+    served = _served(engine)
+    assert all(torch.equal(served[k], before[k]) for k in before) and engine.weight_version == 1
+
+
+def test_sleep_and_wake_up_keep_the_merged_output(model, request, tiny_sampling_config):
+    engine, path = _make(model, request, tiny_sampling_config)
+    tensors, config = _lora(path, seed=1)
+    engine.update_weights(tensors, lora_config=config)
+    first = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    engine.sleep()
+    pristine = [b for n, b in engine.transformer.named_buffers() if "pristine" in n]
+    assert pristine and all(b.device.type == "cpu" for b in pristine)
+    engine.wake_up()
+    again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert torch.equal(first["latents"], again["latents"]) and torch.equal(first["log_probs"], again["log_probs"])
+
+
+def test_bf16_merge_adds_a_float32_delta_and_rounds_once(tiny_sd3_path):
+    engine = DiffusersRolloutEngine(tiny_sd3_path, dtype=torch.bfloat16)
+    tensors, config = _lora(tiny_sd3_path, seed=1)
+    engine.update_weights(tensors, lora_config=config)
+    layer = _wrapped(engine)[0]
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    assert a.dtype == b.dtype == torch.float32 and layer.base_layer.weight.dtype == torch.bfloat16
+    w0 = layer.verl_pristine_weight
+    expected = (w0.float() + (b @ a) * layer.scaling["default"]).to(torch.bfloat16)
+    assert torch.equal(layer.base_layer.weight, expected)

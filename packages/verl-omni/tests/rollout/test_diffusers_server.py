@@ -217,6 +217,63 @@ def test_prefixed_full_names_are_accepted_and_read_back(launch):
         run(server.served_weights(["no.such.weight"]))
 
 
+@pytest.mark.parametrize("merge_lora", [True, False])
+def test_full_update_under_a_served_lora_reads_back_the_sent_base(launch, merge_lora):
+    """Slices of large tensors land in the pristine base; the adapter is merged in again at the end."""
+    server = launch(engine_kwargs={"diffusers": {"merge_lora": merge_lora}})
+    assert server._require_engine("test").merge_lora is merge_lora
+    path = server.config.model.path
+    tensors, peft_config = random_transformer_lora(path, seed=1)
+    run(server.update_weights(tensors, version=1, kind="lora", peft_config=peft_config))
+    full = perturbed_transformer_weights(path, seed=2)
+    to_q = next(t for n, t in full.items() if n.endswith("to_q.weight"))
+    bucket = to_q.numel() * to_q.element_size() // 2  # over HTTP the LoRA-wrapped weights travel as slices
+
+    async def send() -> None:
+        client = RolloutClient(server.address, timeout_s=60)
+        try:
+            await client.update_weights(full, version=2, kind="full", bucket_bytes=bucket)
+        finally:
+            await client.aclose()
+
+    run(send())
+    served = run(server.served_weights(list(full)))
+    differ = [n for n, t in full.items() if not torch.equal(served[n], t)]
+    assert not differ, f"{len(differ)} served base tensors differ from the sent ones, e.g. {differ[:3]}"
+    served_lora = run(server.served_weights(list(tensors), kind="lora"))
+    assert all(torch.equal(served_lora[n], t) for n, t in tensors.items())
+    engine = DiffusersRolloutEngine(path, merge_lora=False)  # the same weights, adapter in the forward
+    engine.update_weights(full)
+    engine.update_weights(tensors, lora_config=peft_config)
+    params = server._defaults.evolve(**SAMPLING)
+    expected = engine.generate([REQUEST["prompt"]], params, make_generators(REQUEST["seed"], 2))
+    torch.testing.assert_close(_latents(server), expected["latents"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("engine_kwargs", "needle"),
+    [
+        pytest.param({"diffusers": {"merge_lora": "yes"}}, r"diffusers\.merge_lora: expected bool", id="type"),
+        pytest.param({"diffusers": {"merge_loras": True}}, r"diffusers\.merge_loras is not an option", id="key"),
+        pytest.param({"diffusers": [1]}, r"engine_kwargs\.diffusers: expected a mapping", id="mapping"),
+    ],
+)
+def test_engine_kwargs_diffusers_are_checked_by_name_and_type(tiny_qwen_image_path, engine_kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        DiffusersHttpServer(_config(tiny_qwen_image_path, engine_kwargs=engine_kwargs))
+
+
+def test_merge_lora_switch_is_a_trainer_config_override(tiny_qwen_image_path):
+    from verl_omni.trainer.config.loader import load_config
+
+    path = str(tiny_qwen_image_path)
+    off = "actor_rollout_ref.rollout.engine_kwargs.diffusers.merge_lora=false"
+    rollout = load_config([f"actor_rollout_ref.model.path={path}", off]).actor_rollout_ref.rollout
+    assert DiffusersHttpServer(rollout.with_model(path))._engine_options == {"merge_lora": False}
+    default = load_config([f"actor_rollout_ref.model.path={path}"]).actor_rollout_ref.rollout
+    assert DiffusersHttpServer(default.with_model(path))._engine_options == {}  # the engine's default: merged
+
+
 # ---- config and registry -------------------------------------------------------------------------
 
 

@@ -49,6 +49,11 @@ def test_gpu_server_round_trip_sleep_and_lora(model, request):
         with_lora = run(server.generate(REQUEST))
         assert with_lora.weight_version == 2
         assert not torch.equal(with_lora.trajectory["latents"], in_process.trajectory["latents"])
+        run(server.sleep(level=1))  # the pristine copies of the merged LoRA layers leave the GPU with the pipeline
+        pristine = [b for n, b in server._engine.transformer.named_buffers() if "pristine" in n]
+        assert pristine and all(b.device.type == "cpu" for b in pristine)
+        run(server.wake_up())
+        assert canonical(run(server.generate(REQUEST)).trajectory) == canonical(with_lora.trajectory)
         served = run(server.served_weights(list(tensors), kind="lora"))
         assert all(torch.equal(served[n], t.to(served[n].dtype)) for n, t in tensors.items())
         allocated = torch.cuda.memory_allocated()

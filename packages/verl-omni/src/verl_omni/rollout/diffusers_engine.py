@@ -12,6 +12,7 @@ from tensordict import TensorDict
 
 from verl_omni.models.base import get_class
 from verl_omni.pipelines import LOGPROB_PIPELINES, DiffusionSamplingConfig
+from verl_omni.rollout import lora_merge
 
 __all__ = ["DiffusersRolloutEngine", "canonical_weight_name"]
 
@@ -42,6 +43,10 @@ class DiffusersRolloutEngine:
         dtype (`torch.dtype`, defaults to float32): weights dtype (bf16 on GPUs); trajectories stay float32.
         sampling (`DiffusionSamplingConfig`, *optional*): default sampling parameters of `generate`.
         external_lib (`str`, *optional*): module that registers extra model adapters (imported once).
+        merge_lora (`bool`, defaults to `True`): serve a LoRA adapter folded into the base weights of the layers
+            it wraps (`W = W0 + scale * B @ A`, recomputed from a pristine copy of `W0` after every weight update),
+            so the sampling forward is the plain model; the adapter weights are then held in float32. False
+            runs peft's LoRA layers in the forward (slower; the pristine copies cost no memory).
 
     Raises:
         KeyError: the folder's `_class_name` has no registered adapter (lists the registered names).
@@ -55,6 +60,7 @@ class DiffusersRolloutEngine:
         dtype: torch.dtype = torch.float32,
         sampling: DiffusionSamplingConfig | None = None,
         external_lib: str | None = None,
+        merge_lora: bool = True,
     ) -> None:
         self.model_path = pathlib.Path(model_path)
         class_name = json.loads((self.model_path / "model_index.json").read_text())["_class_name"]
@@ -69,6 +75,7 @@ class DiffusersRolloutEngine:
         self.pipeline.set_progress_bar_config(disable=True)
         self.sampling = sampling or DiffusionSamplingConfig()
         self.weight_version = 0
+        self.merge_lora = merge_lora
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -118,6 +125,10 @@ class DiffusersRolloutEngine:
         Raises:
             KeyError: a tensor name matches no parameter (names the first unknown ones and close known ones).
             ValueError: a shape mismatch, or a LoRA config that wraps no module.
+
+        Every name and shape is checked before a tensor is written: a rejected update changes no weight. With
+        `merge_lora`, a full update writes the pristine base weights of LoRA-wrapped layers and those layers
+        are merged again; a LoRA update merges every wrapped layer again.
         """
         items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
         if lora_config is not None:
@@ -131,16 +142,37 @@ class DiffusersRolloutEngine:
             param = params[_strip(name)]
             if tuple(param.shape) != tuple(tensor.shape):
                 raise ValueError(f"weights[{name!r}]: shape {tuple(tensor.shape)} != parameter {tuple(param.shape)}")
+        owners = {id(t): layer for t, layer in lora_merge.pristine_tensors(self.transformer).values()}
+        touched = {}
+        for name, tensor in items:
+            param = params[_strip(name)]
             param.copy_(tensor.to(device=param.device, dtype=param.dtype))
+            if id(param) in owners:
+                touched[id(owners[id(param)])] = owners[id(param)]
+        if lora_config is not None:
+            self.remerge_lora()
+        elif touched and self.merge_lora:
+            lora_merge.merge(self.transformer, list(touched.values()))
         self.weight_version += 1
         return len(items)
+
+    def remerge_lora(self) -> None:
+        """Fold the loaded LoRA adapters into the base weights again, from the pristine copies.
+
+        `update_weights` does this itself; call it after writing into `weight_table(lora=False)` tensors directly
+        (slices of large tensors). A no-op when `merge_lora` is off or no adapter is loaded.
+        """
+        if self.merge_lora and self.lora_adapters:
+            lora_merge.merge(self.transformer)
 
     def weight_table(self, *, lora: bool, adapter_name: str = "default") -> dict[str, torch.Tensor]:
         """The tensors `update_weights` writes into, by canonical name (LoRA names without the adapter name).
 
         Full: every non-LoRA entry of the transformer's state dict (persistent buffers included; base weights
-        under a LoRA adapter also by their plain name). LoRA: the adapter's `lora_A` / `lora_B` weights, named as
-        `peft.get_peft_model_state_dict` names them; empty when no adapter is loaded.
+        under a LoRA adapter also by their plain name). For a merged LoRA layer the base weight entry is the
+        pristine copy (the weight without the adapter), not the merged tensor the forward uses. LoRA: the
+        adapter's `lora_A` / `lora_B` weights, named as `peft.get_peft_model_state_dict` names them; empty when
+        no adapter is loaded.
         """
         return self._param_index(adapter_name, lora=lora)
 
@@ -158,9 +190,11 @@ class DiffusersRolloutEngine:
         self._ensure_lora(lora_config, adapter_name)
 
     def remove_lora(self, adapter_name: str = "default") -> None:
-        """Remove the LoRA adapter `adapter_name` (the plain base weights are served again)."""
+        """Remove the LoRA adapter `adapter_name` (the pristine base weights are served again, bit-exact)."""
         if adapter_name in self.lora_adapters:
+            lora_merge.restore(self.transformer)
             self.transformer.delete_adapters(adapter_name)
+            self.remerge_lora()  # adapters left under other names
 
     def _ensure_lora(self, lora_config: Any, adapter_name: str) -> None:
         from peft import LoraConfig
@@ -184,6 +218,8 @@ class DiffusersRolloutEngine:
         if not any(f"lora_A.{adapter_name}." in n for n, _ in transformer.named_parameters()):
             self.remove_lora(adapter_name)
             raise ValueError(message)
+        if self.merge_lora:
+            lora_merge.keep_adapter_fp32(transformer, adapter_name)
 
     def _param_index(self, adapter_name: str, *, lora: bool) -> dict[str, torch.Tensor]:
         """Name -> tensor to load into: the adapter's LoRA weights (adapter name removed), or the full state."""
@@ -194,14 +230,16 @@ class DiffusersRolloutEngine:
             }
         # persistent buffers (e.g. SD3's pos_embed) are part of a full state dict; peft-wrapped base weights are
         # also reachable by their plain name (`to_q.weight` for `to_q.base_layer.weight`)
-        index = {k: v for k, v in self.transformer.state_dict(keep_vars=True).items() if ".lora_" not in k}
+        pristine = lora_merge.pristine_tensors(self.transformer)  # merged layers: hand out W0, not W0 + delta
+        state = self.transformer.state_dict(keep_vars=True).items()
+        index = {k: pristine[id(v)][0] if id(v) in pristine else v for k, v in state if ".lora_" not in k}
         index.update({k.replace(".base_layer.", "."): v for k, v in index.items() if ".base_layer." in k})
         return index
 
     # ---- memory -----------------------------------------------------------------------------------
 
     def sleep(self) -> None:
-        """Move the pipeline to the CPU and release cached accelerator memory."""
+        """Move the pipeline (the pristine copies of merged LoRA layers too) to the CPU; release cached memory."""
         self.pipeline.to("cpu")
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -7,6 +7,7 @@ import json
 import random
 import threading
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -46,6 +47,11 @@ class DiffusersHttpServer(RolloutHttpServer):
     loaded at the end of the update. The manifest is checked before a byte is applied; a LoRA config that binds
     no module is refused naming `target_modules`; a rejected LoRA update leaves the served adapter as it was.
 
+    LoRA merge: by default the served adapter is folded into the base weights after every weight update
+    (`DiffusersRolloutEngine(merge_lora=True)`), so sampling runs the plain model; `served_weights` still reads
+    back the sent tensors (the adapter's, and the pristine base weights for a full update).
+    `rollout.engine_kwargs.diffusers.merge_lora=false` runs peft's LoRA layers in the forward instead.
+
     Args:
         config (`RolloutConfig`): a `DiffusionRolloutConfig` (its `pipeline`/`algo` give the default sampling
             parameters, `dtype` the weight dtype) or a plain `RolloutConfig` (defaults of `DiffusionSamplingConfig`,
@@ -53,7 +59,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         rank (`int`, *optional*, defaults to `0`): server rank (requests without a seed draw from `seed + rank`).
 
     Raises:
-        ValueError: the config has no model path, or `device` asks for CUDA without a GPU.
+        ValueError: the config has no model path, `device` asks for CUDA without a GPU, or
+            `rollout.engine_kwargs.diffusers` holds an unknown key or a wrong type.
     """
 
     request_model = DiffusionGenerateRequest
@@ -78,6 +85,7 @@ class DiffusersHttpServer(RolloutHttpServer):
             self._dtype, self._external_lib = config.torch_dtype, config.external_lib
         else:
             self._dtype, self._external_lib = _DTYPES[config.model.dtype], None
+        self._engine_options = _engine_options(config.engine_kwargs)
         self._engine: DiffusersRolloutEngine | None = None
         self._defaults = DiffusionSamplingConfig()
         self._seeds = random.Random(None if config.seed is None else config.seed + rank)
@@ -96,7 +104,11 @@ class DiffusersHttpServer(RolloutHttpServer):
 
     def _load_engine(self) -> None:
         engine = DiffusersRolloutEngine(
-            self.config.model.path, device=self._device, dtype=self._dtype, external_lib=self._external_lib
+            self.config.model.path,
+            device=self._device,
+            dtype=self._dtype,
+            external_lib=self._external_lib,
+            **self._engine_options,
         )
         if isinstance(self.config, DiffusionRolloutConfig):
             self._defaults = self.config.sampling_config(engine.pipeline.adapter.name)
@@ -252,6 +264,7 @@ class DiffusersHttpServer(RolloutHttpServer):
         self._table = {}
         if update.kind == "full":
             self._full_version = update.version
+            await self._run_blocking(self._require_engine("update_weights").remerge_lora)  # after in-place slices
             return
         engine = self._require_engine("update_weights")
         config = _peft_dict(update.peft_config)
@@ -263,6 +276,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         self._table, self._lora_pending = {}, {}
         if update.kind == "lora":
             await self._run_blocking(self._restore_lora)
+        elif self._engine is not None:  # the base weights written so far are served with the adapter merged in
+            await self._run_blocking(self._engine.remerge_lora)
 
     async def _engine_read_weights(self, names: list[str], kind: WeightKind) -> dict[str, torch.Tensor]:
         table = self._require_engine("served_weights").weight_table(lora=kind == "lora")
@@ -294,6 +309,27 @@ class DiffusersHttpServer(RolloutHttpServer):
             "images_generated": self._images,
             "param_bytes_on_accelerator": on_device,
         }
+
+
+_ENGINE_OPTIONS: dict[str, type] = {"merge_lora": bool}
+
+
+def _engine_options(engine_kwargs: Any) -> dict[str, Any]:
+    """`DiffusersRolloutEngine` keyword arguments from `rollout.engine_kwargs.diffusers` (checked by name, type)."""
+    given = (engine_kwargs or {}).get("diffusers") or {}
+    if not isinstance(given, Mapping):
+        raise ValueError(f"rollout.engine_kwargs.diffusers: expected a mapping, got {type(given).__name__}")
+    for key, value in given.items():
+        if key not in _ENGINE_OPTIONS:
+            raise ValueError(
+                f"rollout.engine_kwargs.diffusers.{key} is not an option of the diffusers backend; "
+                f"known: {sorted(_ENGINE_OPTIONS)}"
+            )
+        if not isinstance(value, _ENGINE_OPTIONS[key]):
+            raise ValueError(
+                f"rollout.engine_kwargs.diffusers.{key}: expected {_ENGINE_OPTIONS[key].__name__}, got {value!r}"
+            )
+    return dict(given)
 
 
 def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...]) -> TensorDict:

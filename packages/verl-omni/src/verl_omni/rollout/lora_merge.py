@@ -1,0 +1,87 @@
+"""Serve LoRA adapters folded into the base weights (`W = W0 + delta`), always recomputed from a pristine `W0`.
+
+peft's `LoraLayer.merge()` adds `get_delta_weight(adapter)` to the base weight and marks the layer `merged`,
+after which its forward is the plain base layer. Merging again after the adapter changed must not subtract the
+old delta (`unmerge()`): in bf16 each subtract-add round leaves rounding error behind, and it accumulates over
+hundreds of weight syncs. So the first merge of a layer copies its base parameters (the pristine copies, kept as
+non-persistent buffers of the peft layer, so they move with the module on `.to()` and stay out of its state
+dict), and every later merge starts from a copy of them. `keep_adapter_fp32` keeps the adapter weights in
+float32, so peft computes the delta in float32 and the in-place add into a bf16 base rounds once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["keep_adapter_fp32", "merge", "pristine_tensors", "restore", "wrapped_layers"]
+
+_PRISTINE = "verl_pristine_"  # buffer-name prefix of a pristine copy on a peft layer
+
+
+def wrapped_layers(transformer: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The peft LoRA layers of `transformer`, by module name."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name: m for name, m in transformer.named_modules() if isinstance(m, LoraLayer)}
+
+
+def _pristine(layer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Base-layer parameter name -> pristine copy (empty before the first merge)."""
+    return {n.removeprefix(_PRISTINE): b for n, b in layer.named_buffers(recurse=False) if n.startswith(_PRISTINE)}
+
+
+@torch.no_grad()
+def _reset(layer: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    """Base parameters := pristine copies (bit-exact), and the layer no longer counts as merged."""
+    base = layer.get_base_layer()
+    for name, tensor in saved.items():
+        getattr(base, name).copy_(tensor)
+    del layer.merged_adapters[:]  # the state peft's `merged` reads; the delta is gone with the copy above
+
+
+@torch.no_grad()
+def merge(transformer: torch.nn.Module, layers: list[torch.nn.Module] | None = None) -> int:
+    """Fold the active adapters into the base weights of `layers` (default: every LoRA layer): base = W0 + delta.
+
+    Returns:
+        The number of layers merged.
+    """
+    layers = list(wrapped_layers(transformer).values()) if layers is None else layers
+    for layer in layers:
+        saved = _pristine(layer)
+        if saved:
+            _reset(layer, saved)
+        else:
+            for name, param in layer.get_base_layer().named_parameters(recurse=False):
+                layer.register_buffer(_PRISTINE + name, param.detach().clone(), persistent=False)
+        layer.merge()  # peft: base.weight += get_delta_weight(a) for the active adapters; `merged` becomes True
+    return len(layers)
+
+
+def restore(transformer: torch.nn.Module) -> None:
+    """Serve the pristine base weights again (bit-exact), unmerged, and drop the pristine copies."""
+    for layer in wrapped_layers(transformer).values():
+        saved = _pristine(layer)
+        if saved:
+            _reset(layer, saved)
+            for name in saved:
+                delattr(layer, _PRISTINE + name)
+
+
+def pristine_tensors(transformer: torch.nn.Module) -> dict[int, tuple[torch.Tensor, torch.nn.Module]]:
+    """`id(base parameter)` -> (its pristine copy, the LoRA layer) for every merged layer."""
+    out = {}
+    for layer in wrapped_layers(transformer).values():
+        base = layer.get_base_layer()
+        for name, tensor in _pristine(layer).items():
+            out[id(getattr(base, name))] = (tensor, layer)
+    return out
+
+
+@torch.no_grad()
+def keep_adapter_fp32(transformer: torch.nn.Module, adapter_name: str) -> None:
+    """Hold the adapter's `lora_A` / `lora_B` weights in float32 (the delta is then computed in float32)."""
+    for layer in wrapped_layers(transformer).values():
+        for part in (layer.lora_A, layer.lora_B):
+            if adapter_name in part:
+                part[adapter_name].float()
