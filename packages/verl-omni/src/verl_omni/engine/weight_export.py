@@ -1,0 +1,167 @@
+"""Fast weight export: gather and cast on the device, pack into one flat buffer, one transfer, views out.
+
+`export_state` is what `verl_omni.engine.lora.export_weights` runs. Per tensor it gathers the full tensor (FSDP2
+`DTensor.full_tensor`, a collective, in `state_dict` order on every rank) and copies it, cast to the target dtype,
+into its slot of a flat byte buffer on the parameters' device; the buffer then crosses to the host in one
+transfer (in chunks of at most `chunk_bytes` for large full-model exports) into pinned memory, and the result is a
+dict of views into that host buffer. When the target is the parameters' own device (in-process rollout on the
+same GPU) or the parameters already live on the CPU (CPU training, `param_offload`), the tensors are copied
+straight into a buffer on the target: no host hop.
+
+The returned tensors are always a snapshot (copies), never views of live parameters. `ExportBuffer` keeps the flat
+buffers between calls and hands one out again only when no tensor of an earlier result still points into it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+__all__ = ["ExportBuffer", "export_state"]
+
+_ALIGN = 64  # bytes: every slot starts aligned, so a byte slice can be viewed as any dtype
+_CHUNK_BYTES = 512 << 20  # device staging size of a host export (bounds the extra device memory of a full export)
+
+
+def _storage_refs(t: torch.Tensor) -> int | None:
+    """References to `t`'s storage (every view holds one); None when this torch cannot tell."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return None if count is None else int(count(t.untyped_storage()._cdata))
+
+
+class ExportBuffer:
+    """Flat byte buffers for `export_state`, one per (device, pinned), reused across exports when safe.
+
+    Contract: `take` returns the held buffer only when it is large enough and no tensor (view) of an earlier
+    export still references it, i.e. the caller dropped that earlier result; otherwise it allocates a new buffer
+    (and holds that one instead). So two results that are both alive never share memory. Where the storage
+    reference count is not available, every `take` allocates.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, bool], tuple[torch.Tensor, int | None]] = {}
+        self.allocations = 0  # buffers allocated so far (the tests read it)
+
+    def take(self, nbytes: int, device: torch.device, *, pin: bool) -> torch.Tensor:
+        """A uint8 tensor of exactly `nbytes` on `device` (page-locked when `pin`), not referenced elsewhere."""
+        key = (str(device), pin)
+        held = self._held.get(key)
+        if held is not None:
+            buf, free_refs = held
+            if buf.numel() >= nbytes and free_refs is not None and _storage_refs(buf) == free_refs:
+                return buf[:nbytes]
+        buf = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device, pin_memory=pin)
+        self._held[key] = (buf, _storage_refs(buf))
+        self.allocations += 1
+        return buf[:nbytes]
+
+    def release(self) -> None:
+        """Drop the held buffers (results still alive keep their own memory)."""
+        self._held.clear()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    key: str
+    value: torch.Tensor  # the state-dict entry (possibly a DTensor shard)
+    dtype: torch.dtype
+    offset: int
+    nbytes: int
+
+
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _view(flat: torch.Tensor, slot: _Slot, shape: torch.Size) -> torch.Tensor:
+    return flat[slot.offset : slot.offset + slot.nbytes].view(slot.dtype).view(shape)
+
+
+def _plan(module: nn.Module, lora_only: bool, adapter_name: str, dtype: torch.dtype | None) -> list[_Slot]:
+    slots, offset = [], 0
+    suffix = f".{adapter_name}."
+    for name, value in module.state_dict().items():
+        is_lora = "lora_" in name
+        if is_lora != lora_only:
+            continue
+        key = name.replace(suffix, ".") if is_lora else name.replace(".base_layer.", ".")
+        out_dtype = dtype or value.dtype
+        nbytes = value.numel() * out_dtype.itemsize  # a DTensor's numel is the full tensor's
+        slots.append(_Slot(key, value, out_dtype, offset, nbytes))
+        offset = _aligned(offset + nbytes)
+    return slots
+
+
+def _target(device: str | torch.device, source: torch.device) -> torch.device:
+    target = torch.device(device)
+    if target.type == source.type and target.index is None and source.type != "cpu":
+        return source  # "cuda" means the parameters' own accelerator
+    return target
+
+
+def export_state(
+    module: nn.Module,
+    *,
+    lora_only: bool,
+    adapter_name: str,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device = "cpu",
+    buffer: ExportBuffer | None = None,
+    chunk_bytes: int = _CHUNK_BYTES,
+) -> dict[str, torch.Tensor]:
+    """Names, selection and values as `verl_omni.engine.lora.export_weights`; see the module docstring for how.
+
+    A collective for sharded modules: every rank calls it with the same module structure. `buffer` is where
+    the flat buffer comes from (a fresh one per call when None); `chunk_bytes` bounds the device staging buffer
+    of a device-to-host export (a tensor larger than it gets its own chunk).
+    """
+    slots = _plan(module, lora_only, adapter_name, dtype)
+    if not slots:
+        return {}
+    source = slots[0].value.device
+    target = _target(device, source)
+    staged = source.type != "cpu" and target.type == "cpu"
+    total = slots[-1].offset + slots[-1].nbytes
+    flat = (buffer or ExportBuffer()).take(total, target, pin=staged and source.type == "cuda")
+    shapes = [s.value.shape for s in slots]
+    if not staged:
+        for slot, shape in zip(slots, shapes, strict=True):
+            full = _full(slot.value).detach()
+            _view(flat, slot, shape).copy_(full)  # a copy (and cast) into the snapshot buffer
+    else:
+        _staged_copy(slots, shapes, flat, source, chunk_bytes)
+    return {slot.key: _view(flat, slot, shape) for slot, shape in zip(slots, shapes, strict=True)}
+
+
+def _staged_copy(
+    slots: list[_Slot], shapes: list[torch.Size], host: torch.Tensor, source: torch.device, chunk_bytes: int
+) -> None:
+    """Gather + cast each tensor into a device staging buffer; copy each full chunk to `host` in one transfer."""
+    size = min(host.numel(), max(chunk_bytes, max(s.nbytes for s in slots)))
+    stage = torch.empty(size, dtype=torch.uint8, device=source)
+    non_blocking = source.type == "cuda" and host.is_pinned()
+    start = used = 0  # host offset of the chunk being filled, bytes of it filled
+
+    def flush() -> None:
+        if used:  # same stream as the staging copies: the next chunk's writes wait for this transfer
+            host[start : start + used].copy_(stage[:used], non_blocking=non_blocking)
+
+    for slot, shape in zip(slots, shapes, strict=True):
+        if slot.offset + slot.nbytes - start > size:
+            flush()
+            start, used = slot.offset, 0
+        full = _full(slot.value).detach()
+        if full.device != source:
+            full = full.to(source)
+        local = dataclasses.replace(slot, offset=slot.offset - start)
+        _view(stage, local, shape).copy_(full)
+        used = slot.offset + slot.nbytes - start
+    flush()
+    if non_blocking:
+        torch.cuda.current_stream(source).synchronize()
