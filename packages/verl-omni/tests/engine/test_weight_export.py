@@ -129,7 +129,7 @@ def test_staged_copy_chunks_land_at_their_offsets(chunk_bytes):
         nbytes = value.numel() * value.dtype.itemsize
         slots.append(_Slot(name, value, value.dtype, offset, nbytes))
         offset = (offset + nbytes + 63) // 64 * 64
-    host = torch.full((slots[-1].offset + slots[-1].nbytes,), 255, dtype=torch.uint8)
+    host = torch.full((offset,), 255, dtype=torch.uint8)
     shapes = [s.value.shape for s in slots]
     _staged_copy(slots, shapes, host, torch.device("cpu"), chunk_bytes)
     for slot, shape in zip(slots, shapes, strict=True):

@@ -79,8 +79,18 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def _view(flat: torch.Tensor, slot: _Slot, shape: torch.Size) -> torch.Tensor:
-    return flat[slot.offset : slot.offset + slot.nbytes].view(slot.dtype).view(shape)
+class _Typed:
+    """`flat` viewed once per dtype, so each slot's view is one slice and one reshape."""
+
+    def __init__(self, flat: torch.Tensor) -> None:
+        self.flat, self._by_dtype = flat, {}
+
+    def view(self, slot: _Slot, shape: torch.Size, offset: int = 0) -> torch.Tensor:
+        typed = self._by_dtype.get(slot.dtype)
+        if typed is None:
+            typed = self._by_dtype[slot.dtype] = self.flat.view(slot.dtype)
+        start = (slot.offset - offset) // slot.dtype.itemsize
+        return typed[start : start + slot.nbytes // slot.dtype.itemsize].view(shape)
 
 
 def _plan(module: nn.Module, lora_only: bool, adapter_name: str, dtype: torch.dtype | None) -> list[_Slot]:
@@ -127,30 +137,32 @@ def export_state(
     source = slots[0].value.device
     target = _target(device, source)
     staged = source.type != "cpu" and target.type == "cpu"
-    total = slots[-1].offset + slots[-1].nbytes
-    flat = (buffer or ExportBuffer()).take(total, target, pin=staged and source.type == "cuda")
+    total = _aligned(slots[-1].offset + slots[-1].nbytes)
+    flat = _Typed((buffer or ExportBuffer()).take(total, target, pin=staged and source.type == "cuda"))
     shapes = [s.value.shape for s in slots]
-    if not staged:
-        for slot, shape in zip(slots, shapes, strict=True):
-            full = _full(slot.value).detach()
-            _view(flat, slot, shape).copy_(full)  # a copy (and cast) into the snapshot buffer
-    else:
-        _staged_copy(slots, shapes, flat, source, chunk_bytes)
-    return {slot.key: _view(flat, slot, shape) for slot, shape in zip(slots, shapes, strict=True)}
+    out: dict[str, torch.Tensor] = {}
+    for slot, shape in zip(slots, shapes, strict=True):
+        out[slot.key] = flat.view(slot, shape)
+    if staged:
+        _staged_copy(slots, shapes, flat.flat, source, chunk_bytes)
+        return out
+    for slot in slots:
+        out[slot.key].copy_(_full(slot.value).detach())  # a copy (and cast) into the snapshot buffer
+    return out
 
 
 def _staged_copy(
     slots: list[_Slot], shapes: list[torch.Size], host: torch.Tensor, source: torch.device, chunk_bytes: int
 ) -> None:
     """Gather + cast each tensor into a device staging buffer; copy each full chunk to `host` in one transfer."""
-    size = min(host.numel(), max(chunk_bytes, max(s.nbytes for s in slots)))
-    stage = torch.empty(size, dtype=torch.uint8, device=source)
+    size = min(host.numel(), _aligned(max(chunk_bytes, max(s.nbytes for s in slots))))
+    stage = _Typed(torch.empty(size, dtype=torch.uint8, device=source))
     non_blocking = source.type == "cuda" and host.is_pinned()
     start = used = 0  # host offset of the chunk being filled, bytes of it filled
 
     def flush() -> None:
         if used:  # same stream as the staging copies: the next chunk's writes wait for this transfer
-            host[start : start + used].copy_(stage[:used], non_blocking=non_blocking)
+            host[start : start + used].copy_(stage.flat[:used], non_blocking=non_blocking)
 
     for slot, shape in zip(slots, shapes, strict=True):
         if slot.offset + slot.nbytes - start > size:
@@ -159,8 +171,7 @@ def _staged_copy(
         full = _full(slot.value).detach()
         if full.device != source:
             full = full.to(source)
-        local = dataclasses.replace(slot, offset=slot.offset - start)
-        _view(stage, local, shape).copy_(full)
+        stage.view(slot, shape, offset=start).copy_(full)
         used = slot.offset + slot.nbytes - start
     flush()
     if non_blocking:
