@@ -4,6 +4,11 @@ and a reused flat buffer that never aliases a result the caller still holds. CPU
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -148,3 +153,36 @@ def test_gpu_export_to_pinned_host_and_same_device(device):
     _assert_same({k: v.cpu() for k, v in got.items()}, want)
     first = next(iter(got.values()))
     assert first.device.type == device and (device == "cuda" or first.is_pinned())
+
+
+def test_two_ranks_sharded_export_equals_reference_on_every_rank(tiny_qwen_image_path, tmp_path):
+    """Two gloo ranks, every weight sharded: each rank's export equals the per-tensor full-tensor reference."""
+    worker = pathlib.Path(__file__).with_name("export_worker.py")
+    out = tmp_path / "export.pt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker),
+           "--pipeline", str(tiny_qwen_image_path), "--out", str(out)]  # fmt: skip
+    dist_vars = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
+    env = {k: v for k, v in os.environ.items() if k not in dist_vars}
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for rank in (0, 1):
+        result = torch.load(f"{out}.rank{rank}", weights_only=False)
+        assert len(result["checked"]) == 4 and not result["errors"], (rank, result)
+
+
+def test_state_entries_follow_state_dict_names_order_and_hooks(make_engine):
+    from verl_omni.engine.weight_export import _state_entries
+
+    module = _Mixed()
+    module.register_buffer("scratch", torch.ones(2), persistent=False)  # not in the state dict
+    module.child = _Mixed()
+    for m in (module, make_engine(model=LORA).module):
+        assert [k for k, _ in _state_entries(m)] == list(m.state_dict())
+
+    def rename(mod, state, prefix, local_metadata):  # a post-hook that rewrites the dict: its names win
+        state[prefix + "renamed"] = state.pop(prefix + "a")
+
+    module.child._register_state_dict_hook(rename)
+    assert list(export_weights(module, lora_only=False)) == list(module.state_dict())
+    assert "child.renamed" in export_weights(module, lora_only=False)

@@ -15,6 +15,7 @@ buffers between calls and hands one out again only when no tensor of an earlier 
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import torch
 from torch import nn
@@ -75,8 +76,39 @@ def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def _full(t: torch.Tensor) -> torch.Tensor:
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
+def _local_full(t: torch.Tensor) -> torch.Tensor | None:
+    """`t`'s data when its local data is the full tensor, else None (it needs `full_tensor()`, a collective).
+
+    Local is full for a plain tensor and for a DTensor replicated or on a mesh of one rank: no collective, on
+    every rank alike.
+    """
+    if not hasattr(t, "full_tensor"):
+        return t.detach()
+    mesh = t.device_mesh
+    if all(p.is_replicate() or mesh.size(i) == 1 for i, p in enumerate(t.placements)):
+        return t.to_local().detach()
+    return None
+
+
+def _copy_all(dsts: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    """Copy (and cast) each value into its slot view.
+
+    Values whose local data is full go in one batched `_foreach_copy_` (a few kernels instead of one per tensor);
+    sharded ones are gathered (a collective, in the list order on every rank) and copied one by one, so at most
+    one gathered tensor is alive at a time.
+    """
+    batch_dst, batch_src = [], []
+    for dst, value in zip(dsts, values, strict=True):
+        local = _local_full(value)
+        if local is None:
+            dst.copy_(value.detach().full_tensor())
+        elif local.device != dst.device:
+            dst.copy_(local)
+        else:
+            batch_dst.append(dst)
+            batch_src.append(local)
+    if batch_dst:
+        torch._foreach_copy_(batch_dst, batch_src)
 
 
 class _Typed:
@@ -93,10 +125,39 @@ class _Typed:
         return typed[start : start + slot.nbytes // slot.dtype.itemsize].view(shape)
 
 
+_VERIFIED: weakref.WeakKeyDictionary[nn.Module, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _state_entries(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """`module.state_dict()`'s (name, tensor) pairs in its order, without building the dict each call.
+
+    Walks the modules as `state_dict` does (parameters, then persistent buffers, then children; the modules'
+    state-dict pre-hooks run, e.g. FSDP2's switch back to sharded parameters). The key list is checked against
+    a real `state_dict()` once per module and key set; a module with state-dict post-hooks (which may rewrite the
+    dict) or a mismatch uses `state_dict()` itself.
+    """
+    entries: list[tuple[str, torch.Tensor]] = []
+    for prefix, m in module.named_modules(remove_duplicate=False):
+        if m._state_dict_hooks:
+            return list(module.state_dict().items())
+        dotted = f"{prefix}." if prefix else ""
+        for hook in m._state_dict_pre_hooks.values():
+            hook(m, dotted, False)
+        entries.extend((dotted + n, p) for n, p in m._parameters.items() if p is not None)
+        skip = m._non_persistent_buffers_set
+        entries.extend((dotted + n, b) for n, b in m._buffers.items() if b is not None and n not in skip)
+    keys = tuple(k for k, _ in entries)
+    if _VERIFIED.get(module) != keys:
+        if tuple(module.state_dict()) != keys:
+            return list(module.state_dict().items())
+        _VERIFIED[module] = keys
+    return entries
+
+
 def _plan(module: nn.Module, lora_only: bool, adapter_name: str, dtype: torch.dtype | None) -> list[_Slot]:
     slots, offset = [], 0
     suffix = f".{adapter_name}."
-    for name, value in module.state_dict().items():
+    for name, value in _state_entries(module):
         is_lora = "lora_" in name
         if is_lora != lora_only:
             continue
@@ -115,6 +176,7 @@ def _target(device: str | torch.device, source: torch.device) -> torch.device:
     return target
 
 
+@torch.no_grad()
 def export_state(
     module: nn.Module,
     *,
@@ -145,9 +207,8 @@ def export_state(
         out[slot.key] = flat.view(slot, shape)
     if staged:
         _staged_copy(slots, shapes, flat.flat, source, chunk_bytes)
-        return out
-    for slot in slots:
-        out[slot.key].copy_(_full(slot.value).detach())  # a copy (and cast) into the snapshot buffer
+    else:  # a copy (and cast) into the snapshot buffer
+        _copy_all(list(out.values()), [slot.value for slot in slots])
     return out
 
 
@@ -158,21 +219,21 @@ def _staged_copy(
     size = min(host.numel(), _aligned(max(chunk_bytes, max(s.nbytes for s in slots))))
     stage = _Typed(torch.empty(size, dtype=torch.uint8, device=source))
     non_blocking = source.type == "cuda" and host.is_pinned()
-    start = used = 0  # host offset of the chunk being filled, bytes of it filled
+    start, chunk = 0, []  # host offset of the chunk being filled, its slots
 
     def flush() -> None:
-        if used:  # same stream as the staging copies: the next chunk's writes wait for this transfer
-            host[start : start + used].copy_(stage.flat[:used], non_blocking=non_blocking)
+        if not chunk:
+            return
+        _copy_all([stage.view(slot, shape, offset=start) for slot, shape in chunk], [slot.value for slot, _ in chunk])
+        used = chunk[-1][0].offset + chunk[-1][0].nbytes - start
+        # same stream as the staging copies: the next chunk's writes wait for this transfer
+        host[start : start + used].copy_(stage.flat[:used], non_blocking=non_blocking)
 
     for slot, shape in zip(slots, shapes, strict=True):
         if slot.offset + slot.nbytes - start > size:
             flush()
-            start, used = slot.offset, 0
-        full = _full(slot.value).detach()
-        if full.device != source:
-            full = full.to(source)
-        stage.view(slot, shape, offset=start).copy_(full)
-        used = slot.offset + slot.nbytes - start
+            start, chunk = slot.offset, []
+        chunk.append((slot, shape))
     flush()
     if non_blocking:
         torch.cuda.current_stream(source).synchronize()
