@@ -51,6 +51,25 @@ def check(pipeline: str) -> dict[str, list[str]]:
                 if got[name].dtype != value.dtype or not torch.equal(got[name], value):
                     errors.append(f"lora_rank={lora_rank} dtype={dtype}: {name} differs")
             checked.append(f"lora_rank={lora_rank} dtype={dtype}: {len(want)} tensors")
+    # uneven row shards (5 rows, 1 row, 3 x 7 on two ranks: a short and an empty shard) and mixed dtypes
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    module = torch.nn.Module()
+    module.a = torch.nn.Parameter(torch.randn(5, 3))
+    module.b = torch.nn.Parameter(torch.randn(1))
+    module.c = torch.nn.Parameter(torch.randn(3, 7, dtype=torch.float64))
+    fully_shard(module, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+    from verl_omni.engine.lora import export_weights
+
+    for dtype in (None, torch.bfloat16):
+        got = export_weights(module, lora_only=False, dtype=dtype)
+        want = reference(module, lora_only=False, dtype=dtype)
+        bad = [n for n in want if got[n].dtype != want[n].dtype or not torch.equal(got[n], want[n])]
+        if list(got) != list(want) or bad:
+            errors.append(f"uneven shards dtype={dtype}: {bad or 'names differ'}")
+        checked.append(f"uneven shards dtype={dtype}: {len(want)} tensors")
     return {"checked": checked, "errors": errors}
 
 

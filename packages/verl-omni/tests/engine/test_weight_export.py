@@ -168,7 +168,7 @@ def test_two_ranks_sharded_export_equals_reference_on_every_rank(tiny_qwen_image
     assert proc.returncode == 0, proc.stderr[-4000:]
     for rank in (0, 1):
         result = torch.load(f"{out}.rank{rank}", weights_only=False)
-        assert len(result["checked"]) == 4 and not result["errors"], (rank, result)
+        assert len(result["checked"]) == 6 and not result["errors"], (rank, result)
 
 
 def test_state_entries_follow_state_dict_names_order_and_hooks(make_engine):

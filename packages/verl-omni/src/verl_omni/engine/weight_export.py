@@ -1,12 +1,13 @@
 """Fast weight export: gather and cast on the device, pack into one flat buffer, one transfer, views out.
 
-`export_state` is what `verl_omni.engine.lora.export_weights` runs. Per tensor it gathers the full tensor (FSDP2
-`DTensor.full_tensor`, a collective, in `state_dict` order on every rank) and copies it, cast to the target dtype,
-into its slot of a flat byte buffer on the parameters' device; the buffer then crosses to the host in one
-transfer (in chunks of at most `chunk_bytes` for large full-model exports) into pinned memory, and the result is a
-dict of views into that host buffer. When the target is the parameters' own device (in-process rollout on the
-same GPU) or the parameters already live on the CPU (CPU training, `param_offload`), the tensors are copied
-straight into a buffer on the target: no host hop.
+`export_state` is what `verl_omni.engine.lora.export_weights` runs. It gathers the full tensors (FSDP2's
+dim-0 shards: one all-gather per batch of tensors, in `state_dict` order on every rank; none on a single rank)
+and copies them, cast to the target dtype, in batched `_foreach_copy_` calls into their slots of a flat byte
+buffer on the parameters' device. That buffer crosses to the host in one transfer (chunks of at most
+`chunk_bytes` for large full-model exports) into pinned memory, and the result is a dict of views into the host
+buffer. When the target is the parameters' own device (in-process rollout on the same GPU) or the parameters
+already live on the CPU (CPU training, `param_offload`), the tensors are copied straight into a buffer on the
+target: no host hop.
 
 The returned tensors are always a snapshot (copies), never views of live parameters. `ExportBuffer` keeps the flat
 buffers between calls and hands one out again only when no tensor of an earlier result still points into it.
@@ -90,23 +91,73 @@ def _local_full(t: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
-def _copy_all(dsts: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+def _row_sharded(t: torch.Tensor) -> bool:
+    """A DTensor sharded on dim 0 of a one-dimensional mesh (FSDP2's layout): gathered in batches."""
+    from torch.distributed.tensor import Shard
+
+    return t.device_mesh.ndim == 1 and tuple(t.placements) == (Shard(0),) and t.dim() > 0
+
+
+def _gather_rows(dsts: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    """Gather many dim-0-sharded DTensors of one mesh and dtype with ONE all-gather, then copy into `dsts`.
+
+    Rank r holds rows [r·c, (r+1)·c) of each tensor, c = ceil(rows / world) (DTensor's `Shard(0)` split, the
+    last ranks' shards possibly shorter or empty). Each rank packs its shards at fixed offsets padded to c rows;
+    the gathered buffer holds rank r's pack at row r.
+    """
+    mesh, dtype, device = values[0].device_mesh, values[0].dtype, values[0].to_local().device
+    world = mesh.size(0)
+    offsets, total = [], 0
+    for v in values:
+        rows = v.shape[0]
+        per_row = v.numel() // rows if rows else 0
+        offsets.append((total, -(-rows // world) * per_row))
+        total += offsets[-1][1]
+    send = torch.zeros(total, dtype=dtype, device=device)
+    locals_ = [v.to_local() for v in values]
+    torch._foreach_copy_([send[o : o + t.numel()].view(t.shape) for (o, _), t in zip(offsets, locals_, strict=True)],
+                         locals_)  # fmt: skip
+    recv = torch.empty(world * total, dtype=dtype, device=device)
+    torch.distributed.all_gather_into_tensor(recv, send, group=mesh.get_group())
+    recv = recv.view(world, total)
+    for dst, v, (o, padded) in zip(dsts, values, offsets, strict=True):
+        dst.copy_(recv[:, o : o + padded].reshape(-1, *v.shape[1:])[: v.shape[0]])
+
+
+def _copy_all(dsts: list[torch.Tensor], values: list[torch.Tensor], gather_bytes: int = 256 << 20) -> None:
     """Copy (and cast) each value into its slot view.
 
-    Values whose local data is full go in one batched `_foreach_copy_` (a few kernels instead of one per tensor);
-    sharded ones are gathered (a collective, in the list order on every rank) and copied one by one, so at most
-    one gathered tensor is alive at a time.
+    Values whose local data is full go in one batched `_foreach_copy_` (a few kernels instead of one per tensor).
+    Dim-0-sharded ones (FSDP2) are gathered in batches of one mesh and dtype, one all-gather per batch of at most
+    `gather_bytes`; any other sharded value is gathered on its own (`full_tensor`). Which path a value takes
+    depends only on its global metadata, so every rank runs the same collectives in the same order.
     """
     batch_dst, batch_src = [], []
+    group: list[tuple[torch.Tensor, torch.Tensor]] = []
+    group_bytes = 0
+
+    def flush() -> None:
+        nonlocal group, group_bytes
+        if group:
+            _gather_rows([d for d, _ in group], [v for _, v in group])
+        group, group_bytes = [], 0
+
     for dst, value in zip(dsts, values, strict=True):
         local = _local_full(value)
-        if local is None:
+        if local is None and _row_sharded(value):
+            key = (value.device_mesh, value.dtype)
+            if group and ((group[0][1].device_mesh, group[0][1].dtype) != key or group_bytes > gather_bytes):
+                flush()
+            group.append((dst, value.detach()))
+            group_bytes += value.numel() * value.dtype.itemsize
+        elif local is None:
             dst.copy_(value.detach().full_tensor())
         elif local.device != dst.device:
             dst.copy_(local)
         else:
             batch_dst.append(dst)
             batch_src.append(local)
+    flush()
     if batch_dst:
         torch._foreach_copy_(batch_dst, batch_src)
 
