@@ -2,7 +2,8 @@
 
 Model: `bench_fsdp_engine`'s random Qwen-Image transformer (preset `qwen-width` on a GPU: the real layer width,
 8 layers; `tiny` on the CPU) wrapped by the FSDP2 engine with the Qwen-Image recipe's LoRA (12 targets, rank
-`--lora-rank`), fp32 master weights; with `--full`, also the full model without LoRA. Measured in one process:
+`--lora-rank`; r64 on the 8 layers is workload B's adapter, 56.6 M parameters), fp32 master weights; with
+`--full`, also the full model without LoRA. Measured in one process:
 
 * `legacy`: the export before this change, per tensor: FSDP2 full-tensor gather, then `.to("cpu", dtype)`
   (a synchronous device-to-host copy of fp32 data, cast on the host), one small copy per tensor;

@@ -142,6 +142,7 @@ def test_staged_copy_chunks_land_at_their_offsets(chunk_bytes):
         assert torch.equal(got, slot.value), slot.key
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_gpu_export_to_pinned_host_and_same_device(device):
