@@ -387,7 +387,10 @@ def _lora_phase(preset, args, batch, device, results, train_flops) -> None:
     engine = make_engine(transformer, adapter, preset, args, lora_rank=args.lora_rank)
     del transformer
     export_t = timed(lambda: engine.export_weights(dtype=torch.bfloat16), device, args.iters, 1)
-    n_lora = sum(t.numel() for t in engine.export_weights(dtype=torch.bfloat16).values())
+    exported = engine.export_weights(dtype=torch.bfloat16)
+    n_lora = sum(t.numel() for t in exported.values())
+    export_bytes = sum(t.numel() * t.element_size() for t in exported.values())
+    del exported  # the engine reuses its export buffer only once the earlier result is dropped
     reset_peak(device)
     lora_update_t = timed(lambda: engine.update_policy(batch), device, args.iters, args.warmup)
     results.update(
@@ -395,12 +398,13 @@ def _lora_phase(preset, args, batch, device, results, train_flops) -> None:
         lora_modules=engine.num_lora_modules,
         lora_params_m=n_lora / 1e6,
         lora_export_s=export_t,
+        lora_export_bytes=export_bytes,
         lora_update_s=lora_update_t,
         lora_train_mfu_x3=train_flops / lora_update_t / H200_PEAK_BF16,
         peak_gib_lora=peak_gib(device),
     )
     print(f"LoRA r{args.lora_rank}: {engine.num_lora_modules} modules, {n_lora / 1e6:.1f} M params, "
-          f"export (bf16, to CPU) {export_t * 1e3:.1f} ms; update {lora_update_t:.3f} s "
+          f"export (bf16, {export_bytes / 1e6:.1f} MB, to CPU) {export_t * 1e3:.1f} ms; update {lora_update_t:.3f} s "
           f"(MFU counted x3 = {results['lora_train_mfu_x3']:.1%}; no base grads: high)")  # fmt: skip
 
 

@@ -15,7 +15,8 @@ One process, one device, the same random SD3 pipeline folder for both implementa
   optimizer step per batch; no FSDP.
 * `project`: `DiffusersRolloutEngine.generate` (trajectory with log-probs), jpeg reward and group advantages,
   `DiffusersFSDPEngine.compute_log_prob` (old log-probs) / `compute_ref_log_prob` (KL reference) /
-  `update_policy`, then LoRA export (`export_weights`) into the rollout engine (`update_weights`). Variants:
+  `update_policy`, then LoRA export (`export_weights`, cast on the device, straight to the rollout engine's
+  device: no host hop on one GPU) into the rollout engine (`update_weights`). Variants:
   `recompute` (old log-probs recomputed, the trainer default), `reuse` (the rollout's bf16 log-probs stand in
   for the old ones), `fused` (the update takes the old log-probs from its own first forward, exact when the
   update is on-policy: one mini-batch, one epoch), and `+compile` (each transformer block compiled).
@@ -117,7 +118,9 @@ class ProjectLoop:
         return self.engines[extras]
 
     def sync_weights(self, engine: Any) -> None:
-        self.rollout.update_weights(engine.export_weights(dtype=self.dtype), lora_config=self.lora_config)
+        """Export the LoRA cast on the device straight to the rollout engine's device (one GPU: no host hop)."""
+        weights = engine.export_weights(dtype=self.dtype, device=self.device)
+        self.rollout.update_weights(weights, lora_config=self.lora_config)
 
     def step(self, seed: int, clock: Clock, mode: str, extras: frozenset[str]) -> dict[str, float]:
         """One FlowGRPO step; `mode` is how the old log-probs are obtained (recompute, reuse, fused)."""

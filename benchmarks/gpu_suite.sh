@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks in phases, for an H200 machine (run from the repository root):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
-# Phases: env, tests, sampling, core, rollout, engine, engine-compile, dist (needs 2 GPUs), lora-kl, trainer,
-#         trainer-run.
+# Phases: env, tests, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
+#         trainer, trainer-run.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
 #   lora-kl: only the LoRA + KL bf16 loops, one and two GPUs
 #   rollout: bench_diffusion_server.py (trajectory transfer vs generate, mid Qwen-Image, bf16, 512², n=16)
+#   export:  bench_weight_export.py (LoRA r64 of workload B's width, 56.6 M params, and the full model)
 #   trainer: bench_trainer_workload.py (workload A: flow_grpo-style SD3 loop vs the project's pieces, LoRA + KL)
 #   trainer-run: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout): workload A default and
 #            compiled blocks (+ the flow_grpo-style baseline after), then workload B compiled; 2 warm-up + 3 steps
@@ -37,6 +38,8 @@ for phase in "$@"; do
           CUDA_VISIBLE_DEVICES=0 run bench-weight-sync python3 benchmarks/bench_weight_sync.py --device cuda ;;
     rollout) CUDA_VISIBLE_DEVICES=0 run bench-diffusion-server python3 benchmarks/bench_diffusion_server.py \
                --device cuda --preset mid --out "$out" ;;
+    export) CUDA_VISIBLE_DEVICES=0 run bench-weight-export python3 benchmarks/bench_weight_export.py \
+              --device cuda --full --out "$out" ;;
     engine) CUDA_VISIBLE_DEVICES=0 run bench-engine python3 benchmarks/bench_fsdp_engine.py --device cuda --out-dir "$out" ;;
     engine-compile) CUDA_VISIBLE_DEVICES=0 run bench-engine-compile python3 benchmarks/bench_fsdp_engine.py \
                       --device cuda --compile --skip-offload --lora-rank 0 --out-dir "$out/compile" ;;

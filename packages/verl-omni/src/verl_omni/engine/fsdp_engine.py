@@ -24,6 +24,7 @@ from verl_omni.engine.checkpoint import load_engine_checkpoint, save_engine_chec
 from verl_omni.engine.distributed import all_reduce_metrics, default_device, ensure_process_group, make_mesh
 from verl_omni.engine.lora import adapters_disabled, apply_lora, export_weights
 from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
+from verl_omni.engine.weight_export import ExportBuffer
 
 __all__ = ["DiffusersFSDPEngine"]
 
@@ -82,6 +83,7 @@ class DiffusersFSDPEngine:
         self.cps_logprob = cps_logprob
         self.forward_only = fsdp.forward_only
         self.global_step = 0
+        self._export_buffer: ExportBuffer | None = None
 
         # 1. process group, mesh, seed
         self.device = default_device(device)
@@ -428,12 +430,20 @@ class DiffusersFSDPEngine:
 
     # ---- weights out, checkpoints -------------------------------------------------------------------------
 
-    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        """LoRA tensors (LoRA training) or the full weights (full fine-tuning), unsharded, on the CPU.
+    def export_weights(
+        self, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+    ) -> dict[str, torch.Tensor]:
+        """LoRA tensors (LoRA training) or the full weights (full fine-tuning), unsharded, on `device`.
 
-        A collective: every rank calls it and gets the same dict (see `verl_omni.engine.lora.export_weights`).
+        A collective: every rank calls it and gets the same dict (see `verl_omni.engine.lora.export_weights`):
+        a snapshot packed in one flat buffer (pinned host memory from a GPU). The engine keeps that buffer and
+        reuses it for a later export only once no tensor of the earlier result is referenced any more.
         """
-        return export_weights(self.module, lora_only=self.use_lora, dtype=dtype)
+        if self._export_buffer is None:
+            self._export_buffer = ExportBuffer()
+        return export_weights(
+            self.module, lora_only=self.use_lora, dtype=dtype, device=device, buffer=self._export_buffer
+        )
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
         """Save `actor.checkpoint.save_contents` (model, optimizer, extra = step/LR/RNG) with DCP under `path`."""

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from verl_omni.config import DiffusionModelConfig
+from verl_omni.engine.weight_export import ExportBuffer, export_state
 
 __all__ = [
     "ADAPTER_NAME",
@@ -141,16 +142,20 @@ def _restore_requires_grad(flags: list[tuple[nn.Parameter, bool]]) -> None:
             param.requires_grad_(requires_grad)
 
 
-def _full(t: torch.Tensor) -> torch.Tensor:
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
 def export_weights(
-    module: nn.Module, *, lora_only: bool, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+    module: nn.Module,
+    *,
+    lora_only: bool,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device = "cpu",
+    buffer: ExportBuffer | None = None,
 ) -> dict[str, torch.Tensor]:
     """Gather the weights for the rollout engine: LoRA tensors in PEFT naming, or the full base weights.
 
-    Every rank must call this (the gather of a sharded tensor is a collective); every rank gets the dict.
+    Every rank must call this (the gather of a sharded tensor is a collective); every rank gets the dict. The
+    tensors are gathered and cast on the parameters' device, packed into one flat buffer and moved in one
+    transfer (`verl_omni.engine.weight_export`); they are views into that buffer and a snapshot: later optimizer
+    steps do not change them.
 
     Args:
         module (`nn.Module`):
@@ -160,21 +165,16 @@ def export_weights(
             (peft's saved-adapter naming, adapter name removed). `False`: the base model's weights with the
             peft wrapping removed from the names (`...to_q.weight`), LoRA not merged.
         dtype (`torch.dtype`, *optional*):
-            Cast to this dtype (e.g. bfloat16 for the rollout engine); default keeps the master dtype.
+            Cast to this dtype (e.g. bfloat16 for the rollout engine) on the device; default keeps the master dtype.
         device (`str` or `torch.device`, *optional*, defaults to `"cpu"`):
-            Where the returned tensors live.
+            Where the returned tensors live: `"cpu"` (pinned memory when the parameters are on a GPU), or the
+            parameters' accelerator (`"cuda"`), which skips the host hop.
+        buffer (`ExportBuffer`, *optional*):
+            Reuses its flat buffer when no earlier result still references it; default: a new buffer per call.
 
     Returns:
         `dict[str, torch.Tensor]`: name to full (unsharded) tensor.
     """
-    out: dict[str, torch.Tensor] = {}
-    suffix = f".{ADAPTER_NAME}."
-    for name, tensor in module.state_dict().items():
-        is_lora = "lora_" in name
-        if is_lora != lora_only:
-            continue
-        key = name.replace(suffix, ".") if is_lora else name.replace(".base_layer.", ".")
-        full = _full(tensor).detach()
-        # always a copy: a snapshot that later optimizer steps cannot change (a CPU full tensor may alias the param)
-        out[key] = full.to(device=device, dtype=dtype or full.dtype, copy=True)
-    return out
+    return export_state(
+        module, lora_only=lora_only, adapter_name=ADAPTER_NAME, dtype=dtype, device=device, buffer=buffer
+    )

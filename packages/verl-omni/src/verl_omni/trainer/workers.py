@@ -134,20 +134,27 @@ class ActorWorker:
         """The FlowGRPO update on this rank's share; metrics are already averaged over ranks."""
         return self.engine.update_policy(batch)
 
-    def push_weights(self, targets: list[Any], version: int, bucket_bytes: int, timeout_s: float) -> dict[str, float]:
+    def push_weights(
+        self, targets: list[Any], version: int, bucket_bytes: int, timeout_s: float, dtype: str | None = None
+    ) -> dict[str, float]:
         """Gather the trainable weights (a collective) and, on rank 0, stream them to every rollout server.
+
+        The export is the engine's fast path: gathered and cast on the device, one transfer into a pinned host
+        buffer that the engine reuses from step to step (this call drops its views before returning).
 
         Args:
             targets (`list[str]`): the rollout servers' HTTP addresses, rank order (`RolloutClient.update_weights`).
             version (`int`): the new weight version.
             bucket_bytes (`int`): bucket size of the HTTP stream.
             timeout_s (`float`): bound of each server's update.
+            dtype (`str`, *optional*): cast to this dtype on the device before sending (e.g. `"bfloat16"`, the
+                rollout's dtype: half the bytes of fp32); default: the master dtype.
 
         Returns:
             `{"bytes": ..., "export_s": ..., "send_s": ...}` (rank 0; zeros elsewhere).
         """
         start = time.perf_counter()
-        weights = self.engine.export_weights()
+        weights = self.engine.export_weights(dtype=getattr(torch, dtype) if dtype else None)
         export_s = time.perf_counter() - start
         if self.rank != 0:
             return {"bytes": 0.0, "export_s": export_s, "send_s": 0.0}
