@@ -15,6 +15,7 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.data import PromptDataset, PromptSampler
 from verl_omni.trainer.checkpoint import CheckpointManager
 from verl_omni.trainer.config import DiffusionTrainerConfig
@@ -142,6 +143,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
 
     reward_cpus = config.reward.num_workers * config.reward.num_cpus_per_worker if config.reward.pool == "ray" else 0
     started = init_ray(config, extra_cpus=math.ceil(reward_cpus) + 1)
+    register_tensor_transport()  # batches reach the actor ranks as raw bytes, not torch's pickle
     pool = None
     actor = rollout = None
     try:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
 
 __all__ = ["ActorGroup", "ActorWorker", "WorkerError"]
@@ -65,6 +66,7 @@ class ActorWorker:
         self.nccl_timeout = nccl_timeout
         if threads:
             torch.set_num_threads(threads)
+        register_tensor_transport()  # results (reference means, log-probs) go back as raw bytes
         self.engine: Any = None
         self.ref_engine: Any = None
 
