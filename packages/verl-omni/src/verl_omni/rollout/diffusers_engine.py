@@ -253,8 +253,8 @@ class DiffusersRolloutEngine:
 
         On CUDA the tensors are copied into pinned host copies allocated on the first sleep and reused after
         (see `HostOffload`), then their device memory is released; when pinning fails, the pipeline is moved
-        with `.to("cpu")`, as on other accelerators (on a CPU device nothing moves). Weights may be updated while asleep (they are written
-        into the host copies) and `wake_up` brings them back.
+        with `.to("cpu")`, as on other accelerators (on a CPU device nothing moves). Weights may be updated
+        while asleep (they are written into the host copies) and `wake_up` brings them back.
         """
         if self.device.type != "cuda" or self._host is None:
             self.pipeline.to("cpu")  # on a CPU device a no-op: the pipeline already lives there
