@@ -384,3 +384,38 @@ def test_engine_lora_update_while_offloaded_is_served_after_onload(model, reques
     fresh.update_weights(second, lora_config=config)
     served, expected = _served(engine), _served(fresh)
     assert all(torch.equal(served[k], expected[k]) for k in expected)
+
+
+def test_engine_sleep_and_wake_through_host_copies(model, request, tiny_sampling_config):
+    from verl_omni.rollout.host_offload import HostOffload
+
+    engine, path = _make(model, request, tiny_sampling_config)
+    tensors, config = _lora(path, seed=1)
+    engine.update_weights(tensors, lora_config=config)
+    first = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    engine._host = HostOffload(pin=False)  # what a CUDA engine holds, without pinning: the same code path
+    engine.sleep()
+    moved = [t for m in engine.offload_modules() for t in (*m.parameters(), *m.buffers())]
+    assert all(t.data_ptr() == engine._host.host_copy(t).data_ptr() for t in moved)
+    host_ptrs = [t.data_ptr() for t in moved]
+    engine.wake_up()
+    assert all(t.data_ptr() != engine._host.host_copy(t).data_ptr() for t in moved)
+    again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert torch.equal(first["latents"], again["latents"]) and torch.equal(first["log_probs"], again["log_probs"])
+    engine.sleep()
+    assert [t.data_ptr() for t in moved] == host_ptrs
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="pinning works with CUDA")
+def test_engine_sleep_falls_back_to_to_cpu_when_pinning_fails(model, request, tiny_sampling_config, caplog):
+    from verl_omni.rollout.host_offload import HostOffload
+
+    engine, _ = _make(model, request, tiny_sampling_config)
+    first = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    engine._host = HostOffload(pin=True)  # pinning needs CUDA: the first sleep fails to allocate
+    with caplog.at_level("WARNING"):
+        engine.sleep()
+    assert engine._host is None and "pinned host copies failed" in caplog.text
+    engine.wake_up()
+    again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert torch.equal(first["latents"], again["latents"])

@@ -256,7 +256,7 @@ class DiffusersRolloutEngine:
         with `.to("cpu")`, as on other accelerators (on a CPU device nothing moves). Weights may be updated
         while asleep (they are written into the host copies) and `wake_up` brings them back.
         """
-        if self.device.type != "cuda" or self._host is None:
+        if self._host is None:
             self.pipeline.to("cpu")  # on a CPU device a no-op: the pipeline already lives there
         else:
             try:
