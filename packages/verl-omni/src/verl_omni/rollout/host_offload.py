@@ -60,11 +60,8 @@ class HostOffload:
 
     def _host_for(self, tensor: torch.Tensor) -> torch.Tensor:
         host = self.host_copy(tensor)
-        if host is not None and (host.shape, host.dtype, host.stride()) == (
-            tensor.shape,
-            tensor.dtype,
-            tensor.stride(),
-        ):
+        layout = (tensor.shape, tensor.dtype, tensor.stride())
+        if host is not None and (host.shape, host.dtype, host.stride()) == layout:
             return host
         host = torch.empty_strided(
             tensor.shape, tensor.stride(), dtype=tensor.dtype, device="cpu", pin_memory=self.pin
@@ -112,6 +109,8 @@ class HostOffload:
             The number of tensors moved.
         """
         device = torch.device(device)
+        if device.type == "cuda" and device.index is None:  # tensors report `cuda:N`
+            device = torch.device("cuda", torch.cuda.current_device())
         moves: list[tuple[torch.Tensor, torch.Tensor]] = []
         for tensor in module_tensors(modules):
             host = self.host_copy(tensor)
