@@ -262,3 +262,160 @@ def test_bf16_merge_adds_a_float32_delta_and_rounds_once(tiny_sd3_path):
     w0 = layer.verl_pristine_weight
     expected = (w0.float() + (b @ a) * layer.scaling["default"]).to(torch.bfloat16)
     assert torch.equal(layer.base_layer.weight, expected)
+
+
+# ---- sleep through reused host copies (`HostOffload`; pinned on CUDA, plain host tensors here) ------------------
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self, shared: torch.nn.Parameter) -> None:
+        super().__init__()
+        self.shared = shared
+        self.own = torch.nn.Linear(3, 4)
+        self.register_buffer("stat", torch.arange(5.0))
+        self.register_buffer("scratch", torch.randn(2, 3).t(), persistent=False)  # non-contiguous strides
+
+
+def _tied_modules():
+    torch.manual_seed(0)
+    shared = torch.nn.Parameter(torch.randn(4, 3))
+    return [_Tied(shared), _Tied(shared)]
+
+
+def _tensors(modules):
+    return [t for m in modules for t in (*m.parameters(), *m.buffers())]
+
+
+def test_host_offload_round_trip_keeps_values_sharing_and_buffers():
+    from verl_omni.rollout.host_offload import HostOffload, module_tensors
+
+    modules = _tied_modules()
+    tensors = list(module_tensors(modules))
+    assert len(tensors) < len(_tensors(modules))  # the shared parameter is listed once
+    values = [t.detach().clone() for t in tensors]
+    device_ptrs = {t.data_ptr() for t in tensors}
+    offload = HostOffload(pin=False)
+    assert offload.offload(modules) == len(tensors)
+    for t in _tensors(modules):  # every parameter and buffer now lives in its kept host copy
+        assert t.data_ptr() == offload.host_copy(t).data_ptr() and t.data_ptr() not in device_ptrs
+    assert offload.offload(modules) == 0  # already offloaded: nothing moves
+    assert offload.onload(modules, "cpu") == len(tensors)
+    assert modules[0].shared is modules[1].shared  # still one Parameter object
+    assert all(torch.equal(t, v) and t.stride() == v.stride() for t, v in zip(tensors, values))
+    assert all(t.data_ptr() != offload.host_copy(t).data_ptr() for t in tensors)  # fresh device memory
+    assert modules[0].scratch.stride() == (1, 3)
+
+
+def test_host_offload_reuses_the_host_copies_on_the_next_sleep():
+    from verl_omni.rollout.host_offload import HostOffload, module_tensors
+
+    modules = _tied_modules()
+    offload = HostOffload(pin=False)
+    offload.offload(modules)
+    first = {id(t): offload.host_copy(t).data_ptr() for t in module_tensors(modules)}
+    offload.onload(modules, "cpu")
+    with torch.no_grad():
+        modules[0].own.weight.add_(1.0)  # a change while awake reaches the reused copy
+    changed = modules[0].own.weight.detach().clone()
+    offload.offload(modules)
+    assert {id(t): t.data_ptr() for t in module_tensors(modules)} == first
+    assert torch.equal(modules[0].own.weight, changed)
+    assert offload.host_bytes() == sum(t.numel() * t.element_size() for t in module_tensors(modules))
+
+
+def test_host_offload_moves_tensors_created_while_offloaded_and_drops_stale_copies():
+    from verl_omni.rollout.host_offload import HostOffload
+
+    modules = _tied_modules()
+    offload = HostOffload(pin=False)
+    offload.offload(modules)
+    gone = modules[0].own
+    modules[0].own = torch.nn.Linear(3, 4)  # replaced while offloaded (e.g. an adapter swapped)
+    modules[0].register_buffer("late", torch.ones(2))
+    assert offload.onload(modules, "cpu") == 1 + 1 + 2 * 2 + 1  # shared + own x2 + stat/scratch x2 + late
+    offload.offload(modules)
+    assert offload.host_copy(gone.weight) is None and offload.host_copy(modules[0].late) is not None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="pinning works with CUDA")
+def test_host_offload_without_cuda_raises_before_repointing_anything():
+    from verl_omni.rollout.host_offload import HostOffload
+
+    modules = _tied_modules()
+    ptrs = [t.data_ptr() for t in _tensors(modules)]
+    with pytest.raises(RuntimeError):
+        HostOffload(pin=True).offload(modules)
+    assert [t.data_ptr() for t in _tensors(modules)] == ptrs  # the engine falls back to `.to("cpu")` from here
+
+
+def test_engine_offload_round_trip_with_a_merged_lora(model, request, tiny_sampling_config):
+    from verl_omni.rollout.host_offload import HostOffload
+
+    engine, path = _make(model, request, tiny_sampling_config)
+    tensors, config = _lora(path, seed=1)
+    engine.update_weights(tensors, lora_config=config)
+    first = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    modules = engine.offload_modules()
+    assert engine.transformer in modules and len(modules) > 1  # text encoder(s) and VAE too
+    pristine = [b for n, b in engine.transformer.named_buffers() if "pristine" in n]
+    assert pristine
+    before = [b.detach().clone() for b in pristine]
+    offload = HostOffload(pin=False)
+    offload.offload(modules)
+    assert all(b.data_ptr() == offload.host_copy(b).data_ptr() for b in pristine)
+    offload.onload(modules, "cpu")
+    assert all(torch.equal(b, v) for b, v in zip(pristine, before))
+    again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert torch.equal(first["latents"], again["latents"]) and torch.equal(first["log_probs"], again["log_probs"])
+
+
+def test_engine_lora_update_while_offloaded_is_served_after_onload(model, request, tiny_sampling_config):
+    from verl_omni.rollout.host_offload import HostOffload
+
+    engine, path = _make(model, request, tiny_sampling_config)
+    fresh, _ = _make(model, request, tiny_sampling_config)
+    first, config = _lora(path, seed=1)
+    second, _ = _lora(path, seed=2)
+    engine.update_weights(first, lora_config=config)
+    offload = HostOffload(pin=False)
+    offload.offload(engine.offload_modules())
+    engine.update_weights(second, lora_config=config)  # written into the host copies, merged there
+    offload.onload(engine.offload_modules(), "cpu")
+    fresh.update_weights(second, lora_config=config)
+    served, expected = _served(engine), _served(fresh)
+    assert all(torch.equal(served[k], expected[k]) for k in expected)
+
+
+def test_engine_sleep_and_wake_through_host_copies(model, request, tiny_sampling_config):
+    from verl_omni.rollout.host_offload import HostOffload
+
+    engine, path = _make(model, request, tiny_sampling_config)
+    tensors, config = _lora(path, seed=1)
+    engine.update_weights(tensors, lora_config=config)
+    first = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    engine._host = HostOffload(pin=False)  # what a CUDA engine holds, without pinning: the same code path
+    engine.sleep()
+    moved = [t for m in engine.offload_modules() for t in (*m.parameters(), *m.buffers())]
+    assert all(t.data_ptr() == engine._host.host_copy(t).data_ptr() for t in moved)
+    host_ptrs = [t.data_ptr() for t in moved]
+    engine.wake_up()
+    assert all(t.data_ptr() != engine._host.host_copy(t).data_ptr() for t in moved)
+    again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert torch.equal(first["latents"], again["latents"]) and torch.equal(first["log_probs"], again["log_probs"])
+    engine.sleep()
+    assert [t.data_ptr() for t in moved] == host_ptrs
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="pinning works with CUDA")
+def test_engine_sleep_falls_back_to_to_cpu_when_pinning_fails(model, request, tiny_sampling_config, caplog):
+    from verl_omni.rollout.host_offload import HostOffload
+
+    engine, _ = _make(model, request, tiny_sampling_config)
+    first = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    engine._host = HostOffload(pin=True)  # pinning needs CUDA: the first sleep fails to allocate
+    with caplog.at_level("WARNING"):
+        engine.sleep()
+    assert engine._host is None and "pinned host copies failed" in caplog.text
+    engine.wake_up()
+    again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert torch.equal(first["latents"], again["latents"])

@@ -65,3 +65,53 @@ def test_gpu_server_round_trip_sleep_and_lora(model, request):
         assert canonical(again.trajectory) == canonical(with_lora.trajectory)
     finally:
         run(server.shutdown())
+
+
+@pytest.mark.parametrize("model", ["qwen_image", "sd3"])
+def test_gpu_engine_sleep_uses_reused_pinned_host_copies(model, request, capsys):
+    import time
+
+    from verl_omni.pipelines import DiffusionSamplingConfig, make_generators
+    from verl_omni.rollout import DiffusersRolloutEngine
+
+    path = request.getfixturevalue(f"tiny_{model}_path")
+    sampling = DiffusionSamplingConfig(**SAMPLING)
+    engine = DiffusersRolloutEngine(path, device="cuda", dtype=torch.bfloat16, sampling=sampling)
+    tensors, peft_config = random_transformer_lora(path, seed=1)
+    engine.update_weights(tensors, lora_config=peft_config)  # merged: the pristine buffers must travel too
+    first = engine.generate([REQUEST["prompt"]], generator=make_generators(7, 4, engine.device))
+
+    def on_device() -> list[torch.Tensor]:
+        return [
+            t for m in engine.offload_modules() for t in (*m.parameters(), *m.buffers()) if t.device.type == "cuda"
+        ]  # fmt: skip
+
+    moved = on_device()
+    pristine = [b for n, b in engine.transformer.named_buffers() if "pristine" in n]
+    assert pristine and all(b.is_cuda for b in pristine)
+    nbytes = sum({id(t): t.numel() * t.element_size() for t in moved}.values())
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    engine.sleep()
+    assert not on_device()
+    assert all(t.is_pinned() for t in moved)  # repointed at pinned host copies
+    assert torch.cuda.memory_allocated() <= before - nbytes
+    host_ptrs = [t.data_ptr() for t in moved]
+    engine.wake_up()
+    assert all(t.is_cuda for t in moved) and len(on_device()) == len(moved)
+    again = engine.generate([REQUEST["prompt"]], generator=make_generators(7, 4, engine.device))
+    assert canonical(again) == canonical(first)  # bit-identical after a round trip
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    engine.sleep()
+    slept = time.perf_counter() - start
+    assert [t.data_ptr() for t in moved] == host_ptrs  # the second sleep reuses the first one's host copies
+    start = time.perf_counter()
+    engine.wake_up()
+    woke = time.perf_counter() - start
+    assert canonical(engine.generate([REQUEST["prompt"]], generator=make_generators(7, 4, engine.device))) == (
+        canonical(first)
+    )
+    with capsys.disabled():
+        print(f"\n{model}: {nbytes / 2**20:.1f} MiB, second cycle sleep {slept:.4f} s, wake {woke:.4f} s")

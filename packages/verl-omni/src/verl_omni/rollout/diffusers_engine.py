@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -13,8 +14,11 @@ from tensordict import TensorDict
 from verl_omni.models.base import get_class
 from verl_omni.pipelines import LOGPROB_PIPELINES, DiffusionSamplingConfig
 from verl_omni.rollout import lora_merge
+from verl_omni.rollout.host_offload import HostOffload
 
 __all__ = ["DiffusersRolloutEngine", "canonical_weight_name"]
+
+logger = logging.getLogger(__name__)
 
 _PREFIXES = ("base_model.model.", "transformer.", "module.", "_fsdp_wrapped_module.")
 
@@ -76,6 +80,8 @@ class DiffusersRolloutEngine:
         self.sampling = sampling or DiffusionSamplingConfig()
         self.weight_version = 0
         self.merge_lora = merge_lora
+        # sleep's pinned host copies, reused across sleeps (None: `.to()`, on a CPU device or after pinning failed)
+        self._host: HostOffload | None = HostOffload(pin=True) if self.device.type == "cuda" else None
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -238,12 +244,33 @@ class DiffusersRolloutEngine:
 
     # ---- memory -----------------------------------------------------------------------------------
 
+    def offload_modules(self) -> list[torch.nn.Module]:
+        """The `torch.nn.Module` components of the pipeline (what `sleep` moves to host memory)."""
+        return [c for c in self.pipeline.components.values() if isinstance(c, torch.nn.Module)]
+
     def sleep(self) -> None:
-        """Move the pipeline (the pristine copies of merged LoRA layers too) to the CPU; release cached memory."""
-        self.pipeline.to("cpu")
+        """Move every parameter and buffer of the pipeline (LoRA pristine copies too) to host memory.
+
+        On CUDA the tensors are copied into pinned host copies allocated on the first sleep and reused after
+        (see `HostOffload`), then their device memory is released; when pinning fails, the pipeline is moved
+        with `.to("cpu")`, as on other accelerators (on a CPU device nothing moves). Weights may be updated
+        while asleep (they are written into the host copies) and `wake_up` brings them back.
+        """
+        if self._host is None:
+            self.pipeline.to("cpu")  # on a CPU device a no-op: the pipeline already lives there
+        else:
+            try:
+                self._host.offload(self.offload_modules())
+            except RuntimeError as e:  # pinned memory unavailable: `.to("cpu")` from now on
+                logger.warning("sleep: pinned host copies failed (%s); moving the pipeline with .to('cpu')", e)
+                self._host = None
+                self.pipeline.to("cpu")
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
     def wake_up(self) -> None:
-        """Move the pipeline back to its device."""
-        self.pipeline.to(self.device)
+        """Move every parameter and buffer back to the engine's device (the host copies are kept for next sleep)."""
+        if self._host is None:
+            self.pipeline.to(self.device)
+        else:
+            self._host.onload(self.offload_modules(), self.device)

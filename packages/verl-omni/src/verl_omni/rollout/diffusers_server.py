@@ -177,8 +177,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         elif self._engine is not None:
             self._engine.sleep()
         if level == 2:
-            # a full collection costs ~0.25 s in a server process; level 1 moves the parameters in place (`.to`), so
-            # their device storage is freed by reference counting and there is nothing for the collector to find
+            # a full collection costs ~0.25 s in a server process; level 1 repoints the parameters at host copies in
+            # place, so their device storage is freed by reference counting and the collector has nothing to find
             gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
