@@ -361,6 +361,15 @@ def test_window_start_set_t11():
     assert starts == {0, 1, 2}
 
 
+def test_window_with_one_possible_start_draws_nothing():
+    gen, fresh = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert draw_sde_window(10, 2, (4, 6), gen) == (4, 6)
+    assert draw_sde_window(10, 0, None, gen) == (0, 9)
+    assert torch.equal(torch.rand(4, generator=gen), torch.rand(4, generator=fresh))  # gen did not advance
+    draw_sde_window(10, 2, (4, 7), gen)  # two possible starts: a draw
+    assert not torch.equal(torch.rand(4, generator=gen), torch.rand(4, generator=fresh))
+
+
 def test_scheduler_window_uses_config():
     sched = FlowMatchSDEDiscreteScheduler(sde_window_size=2, sde_window_range=(1, 3))
     sched.set_timesteps(6)

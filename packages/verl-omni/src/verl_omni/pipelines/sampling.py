@@ -59,7 +59,8 @@ def sample_with_logprob(
     """Generate `config.n` images per prompt and record the SDE-window trajectory.
 
     Steps inside the window `[start, start + K)` use `config.noise_level`; the others are exact Euler (ODE)
-    steps. The window is drawn once per call from the first row's generator.
+    steps. The window is drawn once per call from the first row's generator (no draw when only one start is
+    possible, see `draw_sde_window`).
 
     Args:
         pipe: a loaded `QwenImagePipeline` / `StableDiffusion3Pipeline` (or subclass).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import random
@@ -19,6 +20,7 @@ from verl_core.rollout.server import RolloutHttpServer
 from verl_core.rollout.weights import TensorSpec, WeightKind, WeightUpdate, check_manifest
 from verl_omni.config.rollout import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig, GenerationAborted, make_generators
+from verl_omni.rollout.coalesce import Coalescer, Job, split_rows
 from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine, canonical_weight_name
 from verl_omni.rollout.protocol import (
     DiffusionGenerateRequest,
@@ -35,8 +37,12 @@ class DiffusersHttpServer(RolloutHttpServer):
     """Serve FlowGRPO trajectories from a diffusers pipeline folder, in-process (CPU or one GPU).
 
     One request is one prompt with `n` images (rows seeded `seed + r`); the answer carries the trajectory
-    TensorDict, sent as binary tensors over HTTP (`verl_omni.rollout.protocol`). Requests run one at a time on
-    the engine thread; `abort` stops a request before its next denoising step (reason `"abort"`, no trajectory).
+    TensorDict, sent as binary tensors over HTTP (`verl_omni.rollout.protocol`). Requests run on the engine thread;
+    those waiting for it with equal sampling parameters (seed aside) are coalesced into one pipeline call of at
+    most `engine_kwargs.diffusers.coalesce_max_images` images (default 32), each request's rows exactly what it
+    would get alone (`verl_omni.rollout.coalesce`); `coalesce=false` runs them one at a time. `abort` stops a
+    request before its next denoising step (reason `"abort"`, no trajectory); a coalesced call stops early only
+    when all its requests were aborted.
 
     Sleep: level 1 moves the pipeline to host memory (a no-op on CPU); level 2 drops it and `wake_up` reloads
     the folder and re-applies the last LoRA adapter, so the served weight version stays right. Level 2 is refused
@@ -85,7 +91,10 @@ class DiffusersHttpServer(RolloutHttpServer):
             self._dtype, self._external_lib = config.torch_dtype, config.external_lib
         else:
             self._dtype, self._external_lib = _DTYPES[config.model.dtype], None
-        self._engine_options = _engine_options(config.engine_kwargs)
+        options = _engine_options(config.engine_kwargs)
+        coalesce = {arg: options.pop(key) for key, arg in _COALESCE_OPTIONS.items() if key in options}
+        self._coalescer = Coalescer(self._run_batch, lambda: self._run_blocking(_no_op), **coalesce)
+        self._engine_options = options  # the rest are `DiffusersRolloutEngine` arguments
         self._engine: DiffusersRolloutEngine | None = None
         self._defaults = DiffusionSamplingConfig()
         self._seeds = random.Random(None if config.seed is None else config.seed + rank)
@@ -124,30 +133,41 @@ class DiffusersHttpServer(RolloutHttpServer):
         sampling = params if request.negative_prompt is None else params.evolve(negative_prompt=request.negative_prompt)
         flag = threading.Event()
         self._abort_flags[request_id] = flag
+        job = Job(request.prompt, sampling, seed, flag, asyncio.get_running_loop().create_future())
         try:
-            trajectory = await self._run_blocking(self._generate_blocking, request.prompt, sampling, seed, flag)
+            trajectory = await self._coalescer.submit(job)  # sets the flag when cancelled (a timed-out request)
         finally:
-            flag.set()  # a cancelled (timed-out) request stops before its next step
             self._abort_flags.pop(request_id, None)
         fields = {"seed": seed, "sampling_params": {**sampling.to_dict(), "seed": seed}}
         if trajectory is None:
             return {"finish_reason": "abort", **fields}
         return {"finish_reason": "stop", "trajectory": trajectory, **fields}
 
-    def _generate_blocking(
-        self, prompt: str, sampling: DiffusionSamplingConfig, seed: int, flag: threading.Event
-    ) -> TensorDict | None:
-        if flag.is_set():
-            return None
+    async def _run_batch(self, jobs: list[Job]) -> list[TensorDict | None]:
+        return await self._run_blocking(self._generate_blocking, jobs)
+
+    def _generate_blocking(self, jobs: list[Job]) -> list[TensorDict | None]:
+        """Run `jobs` (equal sampling but seed) as one engine call; a job whose flag is set gets None (abort).
+
+        The call stops early only when every job's flag is set; row `r` of job `j` uses generator `seed_j + r`.
+        """
         engine = self._require_engine("generate")
-        generators = make_generators(seed, sampling.n, engine.device)
+        sampling, n = jobs[0].sampling, jobs[0].sampling.n
+        generators = [g for job in jobs for g in make_generators(job.seed, n, engine.device)]
         try:
-            trajectory = engine.generate([prompt], sampling, generators, should_abort=flag.is_set)
+            trajectory = engine.generate(
+                [job.prompt for job in jobs],
+                sampling,
+                generators,
+                should_abort=lambda: all(job.flag.is_set() for job in jobs),
+            )
         except GenerationAborted:
-            return None
-        self._images += sampling.n
+            return [None] * len(jobs)
+        self._images += n * len(jobs)
         adapter = engine.pipeline.adapter
-        return _to_host(trajectory, (*adapter.cond_keys, *adapter.negative_cond_keys))
+        shared = (*adapter.cond_keys, *adapter.negative_cond_keys)
+        parts = split_rows(trajectory, len(jobs), n) if len(jobs) > 1 else [trajectory]
+        return [None if job.flag.is_set() else _to_host(part, shared) for job, part in zip(jobs, parts, strict=True)]
 
     async def _engine_abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -307,15 +327,18 @@ class DiffusersHttpServer(RolloutHttpServer):
             "weights_resident": engine is not None,
             "lora_active": self._lora is not None,
             "images_generated": self._images,
+            "coalesced_calls": self._coalescer.calls,
+            "coalesced_requests": self._coalescer.requests,
             "param_bytes_on_accelerator": on_device,
         }
 
 
-_ENGINE_OPTIONS: dict[str, type] = {"merge_lora": bool}
+_ENGINE_OPTIONS: dict[str, type] = {"merge_lora": bool, "coalesce": bool, "coalesce_max_images": int}
+_COALESCE_OPTIONS = {"coalesce": "enabled", "coalesce_max_images": "max_images"}  # key -> `Coalescer` argument
 
 
 def _engine_options(engine_kwargs: Any) -> dict[str, Any]:
-    """`DiffusersRolloutEngine` keyword arguments from `rollout.engine_kwargs.diffusers` (checked by name, type)."""
+    """`rollout.engine_kwargs.diffusers`, checked by name and type (`DiffusersRolloutEngine`, `Coalescer` arguments)."""
     given = (engine_kwargs or {}).get("diffusers") or {}
     if not isinstance(given, Mapping):
         raise ValueError(f"rollout.engine_kwargs.diffusers: expected a mapping, got {type(given).__name__}")
@@ -325,11 +348,15 @@ def _engine_options(engine_kwargs: Any) -> dict[str, Any]:
                 f"rollout.engine_kwargs.diffusers.{key} is not an option of the diffusers backend; "
                 f"known: {sorted(_ENGINE_OPTIONS)}"
             )
-        if not isinstance(value, _ENGINE_OPTIONS[key]):
-            raise ValueError(
-                f"rollout.engine_kwargs.diffusers.{key}: expected {_ENGINE_OPTIONS[key].__name__}, got {value!r}"
-            )
+        expected = _ENGINE_OPTIONS[key]
+        if not isinstance(value, expected) or (expected is int and (isinstance(value, bool) or value < 1)):
+            what = "an int >= 1" if expected is int else expected.__name__
+            raise ValueError(f"rollout.engine_kwargs.diffusers.{key}: expected {what}, got {value!r}")
     return dict(given)
+
+
+def _no_op() -> None:
+    return None
 
 
 def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...]) -> TensorDict:

@@ -385,6 +385,9 @@ def draw_sde_window(
 ) -> tuple[int, int]:
     """Draw `(start, start + K)` with `start` uniform in `{r0, ..., r1 - K}`; K = 0 gives `(0, N - 1)`.
 
+    `generator` is advanced only when there is a choice: K = 0 and a pinned range (`r1 - r0 == K`, one possible
+    start) draw nothing, so a row's noise does not depend on whether its call drew a window from it.
+
     Raises:
         ValueError: `sde_window_size` < 0 or larger than the range, or `sde_window_range` outside `[0, N]`.
     """
@@ -404,6 +407,8 @@ def draw_sde_window(
             f"sde_window_size: {window_size} steps do not fit in sde_window_range ({r0}, {r1}) "
             f"of a {num_steps}-step schedule"
         )
+    if r1 - r0 == window_size:  # one possible start: a draw with one outcome consumes no randomness
+        return r0, r1
     device = generator.device if generator is not None else "cpu"
     start = int(torch.randint(r0, r1 - window_size + 1, (1,), generator=generator, device=device).item())
     return start, start + window_size
