@@ -13,10 +13,12 @@ class _Actor:
 
     def __init__(self):
         self.pushed = []
+        self.dtypes = []
 
     def call(self, method, *args, **kwargs):
         assert method == "push_weights"
         self.pushed.append(args[1])
+        self.dtypes.append(args[4])
         return [{"bytes": 8.0, "export_s": 0.0, "send_s": 0.0}]
 
 
@@ -56,6 +58,15 @@ def test_weight_sync_wakes_the_rollout_and_checks_every_server(tiny_qwen_image_p
     metrics = trainer._sync_weights(7)
     assert actor.pushed == [7] and rollout.woken == 1
     assert metrics["rollout/weight_version"] == 7.0 and trainer.weight_version == 7
+    assert actor.dtypes == ["float32"]  # the quickstart's rollout dtype
+
+
+def test_weights_are_sent_in_the_rollouts_dtype(tiny_qwen_image_path):
+    trainer, actor, _ = _trainer(
+        tiny_qwen_image_path, serves_pushed=True, overrides=["actor_rollout_ref.rollout.dtype=bf16"]
+    )
+    trainer._sync_weights(2)
+    assert actor.dtypes == ["bfloat16"]  # half the bytes of the fp32 master weights
 
 
 def test_a_server_that_does_not_serve_the_pushed_version_is_an_error_naming_it(tiny_qwen_image_path):

@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDict
 
 from verl_omni.algos import compute_flow_grpo_advantages
+from verl_omni.config.actor import torch_dtype_name
 from verl_omni.data import iter_batches
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.rollout import pin_sde_window
@@ -244,6 +245,7 @@ class FlowGRPOTrainer:
             version,
             rollout_cfg.update_weights_bucket_bytes,
             rollout_cfg.weight_sync_timeout_s,
+            torch_dtype_name(rollout_cfg.dtype),  # the servers compute in it: bf16 halves the bytes of fp32 masters
         )[0]
         served = c.rollout.weight_versions()
         stale = {rank: v for rank, v in served.items() if v != version}
