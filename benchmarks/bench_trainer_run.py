@@ -261,7 +261,8 @@ def run_baseline(folder: pathlib.Path, w: Workload, device: str, dtype: str, war
 
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
     if dev.type == "cuda":
-        torch.empty(1, device=dev)  # the driver never touched CUDA (the trainer ran in Ray workers): memory stats need it
+        # the driver never touched CUDA (the trainer ran in Ray workers); the memory stats below need it
+        torch.empty(1, device=dev)
     free_memory(dev)
     # the trainer's Ray workers have exited: (nearly) the whole device is free again
     free_before = round(torch.cuda.mem_get_info(dev)[0] / 2**30, 1) if dev.type == "cuda" else None
