@@ -47,9 +47,9 @@ for phase in "$@"; do
                --device cuda --variants "${TRAINER_VARIANTS:-fused,fused+compile+keep,recompute+compile+keep,reuse+compile+keep}" \
                --out "$out" ;;
     trainer-run) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-a timeout 600 python3 benchmarks/bench_trainer_run.py \
-                   --device cuda --preset a --variants default,compile --warmup 2 --steps 3 --out "$out"
+                   --device cuda --preset a --variants default,compile+coalesce,compile+coalesce+awake --warmup 2 --steps 3 --out "$out"
                  CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 600 python3 benchmarks/bench_trainer_run.py \
-                   --device cuda --preset b --variants compile --warmup 2 --steps 3 --out "$out" ;;
+                   --device cuda --preset b --variants compile+coalesce --warmup 2 --steps 3 --out "$out" ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
     lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \

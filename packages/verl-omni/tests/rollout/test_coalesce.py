@@ -43,6 +43,7 @@ def launch(tiny_pipeline_paths):
     servers = []
 
     def start(model: str = "qwen_image", **diffusers) -> DiffusersHttpServer:
+        diffusers.setdefault("coalesce", True)  # opt-in: a request's floats then depend on its batch
         servers.append(_server(tiny_pipeline_paths[model], **diffusers))
         return servers[-1]
 
@@ -104,6 +105,17 @@ def test_switch_off_runs_requests_one_at_a_time(launch):
     together = _concurrently(server, REQUESTS)
     assert [r.finish_reason for r in together] == ["stop", "stop"]
     assert server.metrics_snapshot()["coalesced_calls"] == 0
+
+
+def test_coalescing_is_off_by_default_so_outputs_do_not_depend_on_other_requests(tiny_pipeline_paths):
+    server = _server(tiny_pipeline_paths["qwen_image"])
+    try:
+        solo = run(server.generate(REQUESTS[0]))
+        together = _concurrently(server, REQUESTS)
+        assert server.metrics_snapshot()["coalesced_calls"] == 0
+        assert torch.equal(together[0].trajectory["latents"], solo.trajectory["latents"])  # bit for bit
+    finally:
+        run(server.shutdown())
 
 
 @pytest.mark.parametrize(("cap", "calls"), [(2, 0), (4, 1)])

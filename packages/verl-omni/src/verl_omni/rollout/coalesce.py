@@ -3,9 +3,11 @@
 A request is a prompt, its `DiffusionSamplingConfig` and a seed (row `r` uses generator `seed + r`). Requests whose
 configs are equal apart from `seed` run as ONE `engine.generate(prompts, sampling, generators)` call: the prompts
 in queue order, the generators the concatenation of each request's own `make_generators(seed, n)`; the trajectory
-is split back by rows `[i * n, (i + 1) * n)`. Every row then sees what it would see alone, except for a window
-drawn from the call's first generator: so requests coalesce only when their SDE window is drawn per row or needs
-no draw (`coalescable`).
+is split back by rows `[i * n, (i + 1) * n)`. Every row then sees the noise it would see alone, except for a
+window drawn from the call's first generator: so requests coalesce only when their SDE window is drawn per row or
+needs no draw (`coalescable`). The floats are not bit-identical to a solo run (a larger batch rounds its matrix
+products differently: about 1e-6 in float32), so a request's result depends on what shared its call; that is why
+coalescing is opt-in.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class Coalescer:
     Args:
         run_batch: runs one batch on the engine (awaited on the server loop).
         engine_idle: returns once the engine has finished the work queued before it.
-        enabled (`bool`, *optional*, defaults to `True`): False = every job runs alone, at once.
+        enabled (`bool`, *optional*, defaults to `False`): False = every job runs alone, in arrival order.
         max_images (`int`, *optional*, defaults to `32`): cap on `sum(n)` of a coalesced call.
         gather_s (`float`, defaults to 0.005): wait after the engine is free; requests of one agent-loop step
             arrive within a few milliseconds, a call takes a second or more.
@@ -90,7 +92,7 @@ class Coalescer:
         run_batch: RunBatch,
         engine_idle: Callable[[], Awaitable[Any]],
         *,
-        enabled: bool = True,
+        enabled: bool = False,
         max_images: int = 32,
         gather_s: float = 0.005,
     ) -> None:

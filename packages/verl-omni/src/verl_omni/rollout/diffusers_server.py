@@ -37,10 +37,11 @@ class DiffusersHttpServer(RolloutHttpServer):
     """Serve FlowGRPO trajectories from a diffusers pipeline folder, in-process (CPU or one GPU).
 
     One request is one prompt with `n` images (rows seeded `seed + r`); the answer carries the trajectory
-    TensorDict, sent as binary tensors over HTTP (`verl_omni.rollout.protocol`). Requests run on the engine thread;
-    those waiting for it with equal sampling parameters (seed aside) are coalesced into one pipeline call of at
-    most `engine_kwargs.diffusers.coalesce_max_images` images (default 32), each request's rows exactly what it
-    would get alone (`verl_omni.rollout.coalesce`); `coalesce=false` runs them one at a time. `abort` stops a
+    TensorDict, sent as binary tensors over HTTP (`verl_omni.rollout.protocol`). Requests run on the engine thread,
+    one at a time; with `engine_kwargs.diffusers.coalesce=true` those waiting for it with equal sampling parameters
+    (seed aside) are coalesced into one pipeline call of at most `coalesce_max_images` images (default 32), each
+    request's rows drawn with its own noise but rounded as part of the larger batch (`verl_omni.rollout.coalesce`;
+    off by default so that a request's result never depends on other requests). `abort` stops a
     request before its next denoising step (reason `"abort"`, no trajectory); a coalesced call stops early only
     when all its requests were aborted.
 
