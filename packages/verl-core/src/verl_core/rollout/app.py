@@ -1,7 +1,8 @@
 """The FastAPI app of a `RolloutHttpServer`: one route per lifecycle method, JSON errors naming the field.
 
 `POST /generate` answers with JSON, or with a binary tensor body (`verl_core.rollout.tensor_payload`) when the
-response has fields holding tensors or TensorDicts.
+response has fields holding tensors or TensorDicts; a binary answer goes through a tmpfs file when the client asks
+for it (`verl_core.rollout.handoff`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import TYPE_CHECKING
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from tensordict import TensorDictBase
 
 from verl_core.rollout.errors import RolloutError, WeightSyncError
+from verl_core.rollout.handoff import HANDOFF_CONTENT_TYPE, HANDOFF_HEADER
 from verl_core.rollout.net import parse_json, read_body
 from verl_core.rollout.protocol import AbortRequest, AbortResponse, SleepRequest, StateResponse, WakeUpRequest
 from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, plan_tensor_body
@@ -60,6 +63,9 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
             return Response(out.model_dump_json(), media_type="application/json")
         fields = {**out.model_dump(mode="json", exclude=set(binary)), **{name: getattr(out, name) for name in binary}}
         body = plan_tensor_body(fields, max_bytes=server.config.max_response_bytes)  # every check before a byte
+        if request.headers.get(HANDOFF_HEADER) == "file":  # same-host client: answer once the file is complete
+            meta = await run_in_threadpool(server.handoff_files.write, body)
+            return JSONResponse(meta, media_type=HANDOFF_CONTENT_TYPE)
         # streamed from the tensors' own memory in bounded chunks; starlette iterates it off the server loop
         headers = {"content-length": str(body.size)}
         return StreamingResponse(body.chunks(), media_type=TENSOR_CONTENT_TYPE, headers=headers)

@@ -11,6 +11,7 @@ import torch
 
 from verl_core.rollout import errors
 from verl_core.rollout.errors import BadResponseError, EngineTimeoutError, RolloutError, ServerDeadError
+from verl_core.rollout.handoff import HANDOFF_CONTENT_TYPE, HANDOFF_HEADER, claim_handoff
 from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, decode_tensor_stream
 from verl_core.rollout.weights import WeightKind, encode_weight_stream
 
@@ -31,6 +32,9 @@ class RolloutClient:
         rank (`int`, *optional*, defaults to `0`): the server's rank, named in `ServerDeadError`.
         max_response_bytes (`int`, *optional*, defaults to 2 GiB): largest tensor data a binary generate answer
             may announce (a larger one raises `PayloadTooLargeError` before it is read).
+        file_handoff (`bool`, *optional*, defaults to `False`): ask the server to hand binary generate answers over
+            through a tmpfs file instead of the HTTP body (`verl_core.rollout.handoff`); only for a server on this
+            host (a missing file raises `BadResponseError` naming it).
     """
 
     def __init__(
@@ -41,12 +45,14 @@ class RolloutClient:
         weight_timeout_s: float = 600.0,
         rank: int = 0,
         max_response_bytes: int = 2 << 30,
+        file_handoff: bool = False,
     ):
         self.address = address.rstrip("/")
         self.rank = rank
         self.timeout_s = timeout_s
         self.weight_timeout_s = weight_timeout_s
         self.max_response_bytes = max_response_bytes
+        self.file_handoff = file_handoff
         self._http = httpx.AsyncClient(base_url=self.address, timeout=timeout_s, trust_env=False)
 
     async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,7 +62,8 @@ class RolloutClient:
         or TensorDicts come back as those objects (CPU, dtypes and shapes exact); JSON answers as parsed JSON.
         """
         extra = float(request.get("timeout_s") or 0)
-        return await self._post("/generate", json=dict(request), timeout=self.timeout_s + extra)
+        headers = {HANDOFF_HEADER: "file"} if self.file_handoff else None
+        return await self._post("/generate", json=dict(request), headers=headers, timeout=self.timeout_s + extra)
 
     async def abort(self, request_ids: list[str] | None = None) -> list[str]:
         """POST /abort; returns the ids that were in flight."""
@@ -133,9 +140,12 @@ class RolloutClient:
             if response.status_code >= 400:
                 await response.aread()
                 raise _error_from(response)
-            if response.headers.get("content-type", "").split(";")[0].strip() == TENSOR_CONTENT_TYPE:
+            content_type = response.headers.get("content-type", "").split(";")[0].strip()
+            if content_type == TENSOR_CONTENT_TYPE:
                 return await decode_tensor_stream(response.aiter_bytes(), max_bytes=self.max_response_bytes)
             await response.aread()
+            if content_type == HANDOFF_CONTENT_TYPE:  # a same-host tmpfs file holds the binary body
+                return await asyncio.to_thread(claim_handoff, response.json(), max_bytes=self.max_response_bytes)
             return response.json()
         finally:
             await response.aclose()

@@ -16,6 +16,7 @@ import torch
 
 from verl_core.config.rollout import RolloutConfig
 from verl_core.rollout.client import RolloutClient
+from verl_core.rollout.handoff import is_loopback
 from verl_core.rollout.errors import ServerDeadError
 from verl_core.rollout.registry import get_backend
 
@@ -132,6 +133,8 @@ class RolloutReplica:
         num_gpus (`float`, *optional*): GPUs each server asks for; default `tensor_model_parallel_size` on GPUs.
         runtime_env (`dict`, *optional*): Ray runtime environment of the server actors (e.g. `{"env_vars":
             {"OMP_NUM_THREADS": "1"}}` to bound an embedded backend's CPU threads).
+        file_handoff (`bool`, *optional*, defaults to `False`): the clients of servers at a loopback address ask
+            for binary generate answers through a tmpfs file (`RolloutClient(file_handoff=True)`); others use HTTP.
 
     Raises:
         ValueError: `num_servers < 1`, a `placement` list of another length, or a negative resource.
@@ -148,6 +151,7 @@ class RolloutReplica:
         num_cpus: float = 1.0,
         num_gpus: float | None = None,
         runtime_env: Mapping[str, Any] | None = None,
+        file_handoff: bool = False,
     ) -> None:
         if num_servers < 1:
             raise ValueError(f"num_servers must be >= 1, got {num_servers}")
@@ -163,6 +167,7 @@ class RolloutReplica:
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
         self.runtime_env = dict(runtime_env) if runtime_env else None
+        self.file_handoff = file_handoff
         self.server_cls = get_backend(config.name)
         self.actors: list[Any] = []
         self.router: RolloutRouter | None = None
@@ -213,7 +218,8 @@ class RolloutReplica:
             [
                 RolloutClient(addr, rank=rank, timeout_s=self.config.request_timeout_s,
                               weight_timeout_s=self.config.weight_sync_timeout_s,
-                              max_response_bytes=self.config.max_response_bytes)
+                              max_response_bytes=self.config.max_response_bytes,
+                              file_handoff=self.file_handoff and is_loopback(addr))
                 for rank, addr in enumerate(addresses)
             ]
         )  # fmt: skip

@@ -32,6 +32,7 @@ from verl_core.rollout.errors import (
     NotReadyError,
     RolloutError,
 )
+from verl_core.rollout.handoff import HandoffFiles
 from verl_core.rollout.metrics import ServerMetrics
 from verl_core.rollout.net import advertised_host, bind_socket, validation_message
 from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
@@ -96,6 +97,8 @@ class RolloutHttpServer(EngineHooks):
         self._address: str | None = None
         self._assembling: dict[str, tuple[torch.Tensor, int]] = {}
         self.metrics = ServerMetrics()
+        # same-host hand-off files not claimed yet: removed after the request timeout + 60 s, and at shutdown
+        self.handoff_files = HandoffFiles(grace_s=config.request_timeout_s + 60)
 
     # ---- properties ------------------------------------------------------------------------------
 
@@ -502,4 +505,5 @@ class RolloutHttpServer(EngineHooks):
         if self._state not in (ServerState.CREATED, ServerState.STOPPED):
             with contextlib.suppress(Exception):
                 await self._timed("shutdown", "lifecycle_timeout_s", self._engine_shutdown())
+        self.handoff_files.close()
         self._state = ServerState.STOPPED

@@ -87,6 +87,7 @@ class ColocatedRollout:
             num_cpus=COLOCATED_SHARE,
             num_gpus=COLOCATED_SHARE if use_gpu else 0,
             runtime_env=env,
+            file_handoff=True,  # servers at a loopback address (one host) answer through /dev/shm, others HTTP
         )
         self.agent_loop = get_agent_loop(config.agent.default_agent_loop)(
             self.replica, timeout_s=config.request_timeout_s

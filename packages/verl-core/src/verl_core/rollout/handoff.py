@@ -1,0 +1,156 @@
+"""Same-host hand-off of a binary generate answer through a tmpfs file instead of the HTTP body (opt-in).
+
+A client that sends `x-verl-handoff: file` asks for it. For a binary answer (`verl_core.rollout.tensor_payload`)
+the server writes exactly the bytes it would stream into a fresh file (`verl-rollout-<uuid>`, mode 0600) under
+`/dev/shm` (or `tempfile.gettempdir()` without it) and only then answers with the JSON `{"path": ..., "size": ...}`
+under `HANDOFF_CONTENT_TYPE`; JSON answers stay JSON. The client reads the file into one buffer, unlinks it and
+decodes it as a streamed body. The server unlinks the files not claimed within `grace_s` and all at shutdown.
+Works only when client and server see the same file system: use it for loopback addresses (`is_loopback`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+from verl_core.rollout.errors import BadResponseError, EngineError
+from verl_core.rollout.tensor_payload import TensorBody, decode_tensor_body
+
+__all__ = [
+    "HANDOFF_CONTENT_TYPE",
+    "HANDOFF_HEADER",
+    "PREFIX",
+    "HandoffFiles",
+    "claim_handoff",
+    "handoff_dir",
+    "is_loopback",
+]
+
+HANDOFF_HEADER = "x-verl-handoff"
+HANDOFF_CONTENT_TYPE = "application/vnd.verl.handoff+json"
+PREFIX = "verl-rollout-"
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def handoff_dir() -> str:
+    """`/dev/shm` when it exists (tmpfs: the file never touches a disk), else `tempfile.gettempdir()`."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a server URL (`http://127.0.0.1:8000`) or host names this host's loopback interface."""
+    host = urlsplit(address).hostname if "//" in address else address
+    return (host or "").lower() in _LOOPBACK
+
+
+class HandoffFiles:
+    """The server side: write bodies into hand-off files and remove the ones nobody claimed.
+
+    Args:
+        grace_s (`float`): a file not claimed (unlinked by its client) this long after it was written is removed
+            by the next `write` or `sweep`.
+        directory (`str`, *optional*): where the files go; default `handoff_dir()`.
+    """
+
+    def __init__(self, grace_s: float, directory: str | None = None) -> None:
+        self.grace_s = grace_s
+        self.directory = directory or handoff_dir()
+        self._pending: dict[str, float] = {}  # path -> monotonic deadline
+        self._lock = threading.Lock()
+
+    def write(self, body: TensorBody) -> dict[str, Any]:
+        """Write `body` (blocking: call it off the event loop) and return `{"path", "size"}` once it is complete.
+
+        Raises:
+            EngineError: the file could not be written (e.g. the tmpfs is full); nothing is left behind.
+        """
+        self.sweep()
+        path = os.path.join(self.directory, f"{PREFIX}{uuid.uuid4().hex}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "wb") as f:
+                for chunk in body.chunks():
+                    f.write(chunk)
+        except OSError as e:
+            _unlink(path)
+            raise EngineError(f"could not write the hand-off file {path} ({body.size} bytes): {e}") from e
+        with self._lock:
+            self._pending[path] = time.monotonic() + self.grace_s
+        return {"path": path, "size": body.size}
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Forget claimed files and unlink those past their grace period; return the paths unlinked."""
+        now = time.monotonic() if now is None else now
+        removed = []
+        with self._lock:
+            for path, deadline in list(self._pending.items()):
+                if not os.path.exists(path):
+                    del self._pending[path]
+                elif now >= deadline:
+                    del self._pending[path]
+                    _unlink(path)
+                    removed.append(path)
+        return removed
+
+    def pending(self) -> list[str]:
+        """Paths handed out and not yet forgotten by a `sweep`."""
+        with self._lock:
+            return list(self._pending)
+
+    def close(self) -> None:
+        """Unlink every file not claimed yet (at server shutdown)."""
+        with self._lock:
+            paths, self._pending = list(self._pending), {}
+        for path in paths:
+            _unlink(path)
+
+
+def claim_handoff(meta: Any, *, max_bytes: int | None = None) -> dict[str, Any]:
+    """The client side: read the file `meta` names into one buffer, unlink it, decode it as a binary body.
+
+    The file is unlinked whatever happens (a wrong size, a body that does not decode).
+
+    Raises:
+        BadResponseError: `meta` is not `{"path": str, "size": int}`, the file is missing (the server runs on
+            another host: use the hand-off only for loopback addresses) or its size is not `size`.
+        PayloadTooLargeError: the body announces more tensor data than `max_bytes`.
+    """
+    if not isinstance(meta, dict) or not isinstance(meta.get("path"), str) or not isinstance(meta.get("size"), int):
+        raise BadResponseError(f'hand-off answer must be {{"path": str, "size": int}}, got {meta!r}', field="path")
+    path, size = meta["path"], meta["size"]
+    if not os.path.basename(path).startswith(PREFIX):
+        raise BadResponseError(f"hand-off path {path!r} is not a {PREFIX}* file", field="path")
+    try:
+        try:
+            with open(path, "rb", buffering=0) as f:
+                found = os.fstat(f.fileno()).st_size
+                if found != size:
+                    raise BadResponseError(f"hand-off file {path} has {found} bytes, the server announced {size}")
+                data = bytearray(size)
+                view, got = memoryview(data), 0
+                while got < size:  # one read per 2 GiB at most (Linux caps a read there)
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise BadResponseError(f"hand-off file {path}: read {got} of {size} bytes")
+                    got += n
+        except FileNotFoundError:
+            raise BadResponseError(
+                f"hand-off file {path} does not exist: is the rollout server on another host? "
+                "(file_handoff works only when client and server share /dev/shm)",
+                field="path",
+            ) from None
+        return decode_tensor_body(data, max_bytes=max_bytes)
+    finally:
+        _unlink(path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
