@@ -12,7 +12,7 @@ import torch
 
 from verl_core.config import RolloutConfig
 from verl_core.rollout.client import RolloutClient
-from verl_core.rollout.errors import BadResponseError
+from verl_core.rollout.errors import BadResponseError, EngineError
 from verl_core.rollout.framing import FRAME_LEN
 from verl_core.rollout.handoff import (
     HANDOFF_CONTENT_TYPE,
@@ -162,6 +162,9 @@ def test_files_are_private_and_unclaimed_ones_are_swept_after_the_grace_period(t
     left = files.write(body)
     files.close()
     assert not os.path.exists(left["path"]) and os.listdir(tmp_path) == []
+    with pytest.raises(EngineError, match="shut down while writing"):  # a write that ends after the shutdown
+        files.write(body)
+    assert os.listdir(tmp_path) == []
 
 
 def test_server_shutdown_removes_unclaimed_files():

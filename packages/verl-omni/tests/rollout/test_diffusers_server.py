@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import pytest
 import torch
@@ -126,6 +128,27 @@ def test_trajectory_travels_binary_with_uint8_images(server):
     assert torch.equal(traj["prompt_index"], torch.zeros(2, dtype=torch.long))
     assert traj["prompt_embeds"].stride(0) == 0  # one prompt per request: its embeddings travel once, expanded
     assert out["finish_reason"] == "stop" and out["seed"] == 7 and out["sampling_params"]["sde_window_size"] == 2
+
+
+def test_trajectory_through_the_tmpfs_handoff_equals_the_http_body(server, monkeypatch):
+    written, real = [], server.handoff_files.write
+    monkeypatch.setattr(server.handoff_files, "write", lambda body: written.append(real(body)) or written[-1])
+
+    async def both():
+        plain, handoff = RolloutClient(server.address), RolloutClient(server.address, file_handoff=True)
+        try:
+            return await plain.generate(REQUEST), await handoff.generate(REQUEST)
+        finally:
+            await plain.aclose()
+            await handoff.aclose()
+
+    over_http, via_file = run(both())
+    volatile = ("request_id", "latency_s")
+    assert canonical({k: v for k, v in via_file.items() if k not in volatile}) == canonical(
+        {k: v for k, v in over_http.items() if k not in volatile}
+    )
+    assert via_file["trajectory"]["latents"].dtype == torch.float32 and via_file["trajectory"].batch_size == (2,)
+    assert len(written) == 1 and not os.path.exists(written[0]["path"])  # handed over by file, claimed, unlinked
 
 
 def test_should_abort_stops_sampling_before_the_next_step(tiny_qwen_image_path):

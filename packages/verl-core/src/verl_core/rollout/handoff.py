@@ -10,6 +10,7 @@ Works only when client and server see the same file system: use it for loopback 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -62,6 +63,7 @@ class HandoffFiles:
         self.directory = directory or handoff_dir()
         self._pending: dict[str, float] = {}  # path -> monotonic deadline
         self._lock = threading.Lock()
+        self._closed = False
 
     def write(self, body: TensorBody) -> dict[str, Any]:
         """Write `body` (blocking: call it off the event loop) and return `{"path", "size"}` once it is complete.
@@ -80,8 +82,11 @@ class HandoffFiles:
             _unlink(path)
             raise EngineError(f"could not write the hand-off file {path} ({body.size} bytes): {e}") from e
         with self._lock:
-            self._pending[path] = time.monotonic() + self.grace_s
-        return {"path": path, "size": body.size}
+            if not self._closed:
+                self._pending[path] = time.monotonic() + self.grace_s
+                return {"path": path, "size": body.size}
+        _unlink(path)  # finished after `close`: nobody would remove it
+        raise EngineError("rollout server shut down while writing a hand-off file")
 
     def sweep(self, now: float | None = None) -> list[str]:
         """Forget claimed files and unlink those past their grace period; return the paths unlinked."""
@@ -105,6 +110,7 @@ class HandoffFiles:
     def close(self) -> None:
         """Unlink every file not claimed yet (at server shutdown)."""
         with self._lock:
+            self._closed = True
             paths, self._pending = list(self._pending), {}
         for path in paths:
             _unlink(path)
@@ -150,7 +156,5 @@ def claim_handoff(meta: Any, *, max_bytes: int | None = None) -> dict[str, Any]:
 
 
 def _unlink(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

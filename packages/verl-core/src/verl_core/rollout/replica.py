@@ -16,8 +16,8 @@ import torch
 
 from verl_core.config.rollout import RolloutConfig
 from verl_core.rollout.client import RolloutClient
-from verl_core.rollout.handoff import is_loopback
 from verl_core.rollout.errors import ServerDeadError
+from verl_core.rollout.handoff import is_loopback
 from verl_core.rollout.registry import get_backend
 
 __all__ = ["RolloutReplica", "RolloutRouter"]
