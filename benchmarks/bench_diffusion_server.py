@@ -3,13 +3,16 @@
 Paths, interleaved per iteration so drift hits all equally (same prompt, seed and sampling parameters):
   engine  - `DiffusersRolloutEngine.generate` called directly on this thread (the baseline),
   python  - `await server.generate(...)` (validation, hop onto the server loop, engine thread),
-  client  - `RolloutClient.generate` over loopback HTTP: binary encode + HTTP + streamed decode.
-Transfer = client - python; overhead = client - engine, also as a ratio of the engine's generate time; and
-"transfer alone": the same trajectory through HTTP from a server that returns it without generating.
+  client  - `RolloutClient.generate` over loopback HTTP: binary encode + HTTP + streamed decode,
+  handoff - `RolloutClient(file_handoff=True).generate`: the same body through a /dev/shm file (same host).
+Transfer = client - python (handoff - python for the hand-off); overhead = client - engine, also as a ratio of
+the engine's generate time; and "transfer alone": the same trajectory through HTTP and through the hand-off from a
+server that returns it without generating.
 Then the codec alone (`encode_tensor_body` / `decode_tensor_body`) in GB/s on the served trajectory, and on a
 synthetic trajectory with the shapes of real Qwen-Image at 512² (A.3 of the reference study: 16 images, latents
 (16, 3, 1024, 64) fp32, uint8 images, prompt and negative embeddings (16, 512, 3584) bf16, sent once per request as
-the server does), both through the codec and through HTTP (a server whose engine returns that trajectory).
+the server does), both through the codec and through HTTP and the hand-off (a server whose engine returns that
+trajectory).
 
     python benchmarks/bench_diffusion_server.py [--iters 20] [--device cpu|cuda] [--preset tiny|small|mid]
         [--model qwen_image|sd3] [--height 128] [--n 8] [--steps 10] [--out outputs/]
@@ -104,16 +107,22 @@ def codec_rates(trajectory: TensorDict, repeats: int) -> dict[str, float]:
     }
 
 
-async def round_trips(address: str, request: dict, repeats: int) -> list[float]:
-    client = RolloutClient(address, timeout_s=600, max_response_bytes=8 << 30)
-    times = []
+async def round_trips(address: str, request: dict, repeats: int) -> dict[str, list[float]]:
+    """Round-trip times through the HTTP body ("http") and the tmpfs hand-off ("handoff"), alternating."""
+    clients = {
+        "http": RolloutClient(address, timeout_s=600, max_response_bytes=8 << 30),
+        "handoff": RolloutClient(address, timeout_s=600, max_response_bytes=8 << 30, file_handoff=True),
+    }
+    times: dict[str, list[float]] = {name: [] for name in clients}
     try:
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            await client.generate(request)
-            times.append(time.perf_counter() - t0)
+        for i in range(repeats):
+            for name in list(clients)[::-1] if i % 2 else list(clients):
+                t0 = time.perf_counter()
+                await clients[name].generate(request)
+                times[name].append(time.perf_counter() - t0)
     finally:
-        await client.aclose()
+        for client in clients.values():
+            await client.aclose()
     return times
 
 
@@ -153,9 +162,10 @@ def main() -> None:
     params = {k: v for k, v in sampling.to_dict().items() if k not in ("seed", "negative_prompt")}
     request = {"prompt": "a photo of a cat sitting on a red chair", "seed": 3, "sampling_params": params}
     engine = server._engine
-    times: dict[str, list[float]] = {"engine": [], "python": [], "client": []}
+    times: dict[str, list[float]] = {"engine": [], "python": [], "client": [], "handoff": []}
     loop = asyncio.new_event_loop()
     client = RolloutClient(server.address, timeout_s=3600, max_response_bytes=8 << 30)
+    handoff = RolloutClient(server.address, timeout_s=3600, max_response_bytes=8 << 30, file_handoff=True)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def run_engine() -> Any:
@@ -165,11 +175,12 @@ def main() -> None:
         "engine": run_engine,
         "python": lambda: loop.run_until_complete(server.generate(request)).trajectory,
         "client": lambda: loop.run_until_complete(client.generate(request))["trajectory"],
+        "handoff": lambda: loop.run_until_complete(handoff.generate(request))["trajectory"],
     }
     names = list(paths)
     for i in range(args.warmup + args.iters):
         outputs = {}
-        for name in names[i % 3 :] + names[: i % 3]:  # rotate the order: no path always runs first
+        for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate the order: no path always runs first
             sync()
             t0 = time.perf_counter()
             outputs[name] = paths[name]()
@@ -179,8 +190,10 @@ def main() -> None:
         if i == 0 and not cuda:  # same numbers on every path (CPU kernels are deterministic)
             assert torch.equal(outputs["engine"]["latents"], outputs["python"]["latents"])
             assert torch.equal(outputs["engine"]["latents"], outputs["client"]["latents"])
+            assert torch.equal(outputs["engine"]["latents"], outputs["handoff"]["latents"])
     trajectory = outputs["python"]
     loop.run_until_complete(client.aclose())
+    loop.run_until_complete(handoff.aclose())
     loop.close()
     served = codec_rates(trajectory, max(args.iters, 5))
     asyncio.run(server.shutdown())
@@ -188,11 +201,16 @@ def main() -> None:
     echo = PayloadServer(config)
     echo.payload = trajectory
     asyncio.run(echo.launch())
-    echo_s = statistics.median(asyncio.run(round_trips(echo.address, request, max(args.iters, 5) * 5)))
+    echo = {
+        k: statistics.median(v)
+        for k, v in asyncio.run(round_trips(echo.address, request, max(args.iters, 5) * 5)).items()
+    }
+    echo_s, echo_handoff_s = echo["http"], echo["handoff"]
     asyncio.run(echo.shutdown())
 
     med = {k: statistics.median(v) for k, v in times.items()}
     transfer, overhead = med["client"] - med["python"], med["client"] - med["engine"]
+    handoff_transfer = med["handoff"] - med["python"]
     print(f"machine: {machine_name(args.device)}")
     setting = f"{args.model} preset {args.preset} ({dtype}), {height}², n={n}, {args.steps} steps, window 2"
     print(f"{setting}, CFG {args.cfg}, {args.iters} iterations; medians")
@@ -202,8 +220,12 @@ def main() -> None:
         f"  trajectory: {served['bytes'] / n / 1024:.1f} KiB per image ({served['bytes'] / 1024:.1f} KiB per request)"
     )
     print(f"  transfer (client - python): {transfer * 1e3:.2f} ms = {transfer / med['engine'] * 100:.2f} % of generate")
+    print(f"  transfer via hand-off (handoff - python): {handoff_transfer * 1e3:.2f} ms = "
+          f"{handoff_transfer / med['engine'] * 100:.2f} % of generate")  # fmt: skip
     print(f"  transfer alone (HTTP round trip of this trajectory, no generation): {echo_s * 1e3:.2f} ms = "
           f"{echo_s / med['engine'] * 100:.3f} % of generate")  # fmt: skip
+    print(f"  transfer alone via hand-off: {echo_handoff_s * 1e3:.2f} ms = {echo_handoff_s / med['engine'] * 100:.3f} "
+          f"% of generate (HTTP / hand-off = {echo_s / echo_handoff_s:.2f})")  # fmt: skip
     print(f"  overhead (client - engine): {overhead * 1e3:.2f} ms = {overhead / med['engine'] * 100:.2f} % of generate")
     print(f"  codec on it: encode {served['encode_ms']:.3f} ms ({served['encode_gbps']:.2f} GB/s), "
           f"decode {served['decode_ms']:.3f} ms ({served['decode_gbps']:.2f} GB/s)")  # fmt: skip
@@ -215,12 +237,14 @@ def main() -> None:
     asyncio.run(payload_server.launch())
     http = asyncio.run(round_trips(payload_server.address, request, args.synthetic_repeats))
     asyncio.run(payload_server.shutdown())
-    http_s = statistics.median(http)
+    http_s, handoff_s = statistics.median(http["http"]), statistics.median(http["handoff"])
     print(f"synthetic real Qwen-Image 512² trajectory, 16 images: {synthetic['bytes'] / 2**20:.1f} MiB")
     print(f"  codec: encode {synthetic['encode_ms']:.1f} ms ({synthetic['encode_gbps']:.2f} GB/s), "
           f"decode {synthetic['decode_ms']:.2f} ms ({synthetic['decode_gbps']:.1f} GB/s)")  # fmt: skip
     print(f"  HTTP round trip (encode + loopback + streamed decode): {http_s * 1e3:.1f} ms "
           f"({synthetic['bytes'] / http_s / 1e9:.2f} GB/s)")  # fmt: skip
+    print(f"  hand-off round trip (encode into /dev/shm + read + decode): {handoff_s * 1e3:.1f} ms "
+          f"({synthetic['bytes'] / handoff_s / 1e9:.2f} GB/s); HTTP / hand-off = {http_s / handoff_s:.2f}")  # fmt: skip
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -240,10 +264,15 @@ def main() -> None:
         "transfer_ratio": transfer / med["engine"],
         "transfer_alone_s": echo_s,
         "transfer_alone_ratio": echo_s / med["engine"],
+        "handoff_transfer_ratio": handoff_transfer / med["engine"],
+        "transfer_alone_handoff_s": echo_handoff_s,
+        "transfer_alone_http_over_handoff": echo_s / echo_handoff_s,
         "overhead_ratio": overhead / med["engine"],
         "served_codec": served,
         "synthetic_codec": synthetic,
         "synthetic_http_s": http_s,
+        "synthetic_handoff_s": handoff_s,
+        "synthetic_http_over_handoff": http_s / handoff_s,
     }
     path = out / "bench_diffusion_server.json"
     path.write_text(json.dumps(result, indent=2))
