@@ -201,11 +201,8 @@ def main() -> None:
     echo = PayloadServer(config)
     echo.payload = trajectory
     asyncio.run(echo.launch())
-    echo = {
-        k: statistics.median(v)
-        for k, v in asyncio.run(round_trips(echo.address, request, max(args.iters, 5) * 5)).items()
-    }
-    echo_s, echo_handoff_s = echo["http"], echo["handoff"]
+    alone = asyncio.run(round_trips(echo.address, request, max(args.iters, 5) * 5))
+    echo_s, echo_handoff_s = statistics.median(alone["http"]), statistics.median(alone["handoff"])
     asyncio.run(echo.shutdown())
 
     med = {k: statistics.median(v) for k, v in times.items()}
