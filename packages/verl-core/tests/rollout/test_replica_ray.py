@@ -72,6 +72,7 @@ def test_replica_places_servers_in_the_callers_bundles_with_fractional_resources
         num_cpus=0.5,
         name_prefix="colocated",
         runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "VERL_REPLICA_MARK": "colocated"}},
+        file_handoff=True,
     )
 
     def threads_and_mark(server):
@@ -83,15 +84,17 @@ def test_replica_places_servers_in_the_callers_bundles_with_fractional_resources
 
     async def scenario():
         try:
-            await replica.launch()
+            addresses = await replica.launch()
+            handoff = {addresses[rank]: c.file_handoff for rank, c in replica.router.clients.items()}
             left = ray.available_resources().get(f"CPU_group_0_{group.id.hex()}")
             response = await replica.generate(REQUEST)
             seen = await replica.actors[0].__ray_call__.remote(threads_and_mark)
-            return left, response, seen
+            return left, response, seen, handoff
         finally:
             await replica.shutdown()
 
-    left, response, seen = run(scenario())
+    left, response, seen, handoff = run(scenario())
+    assert [(a.startswith("http://127.0.0.1:"), on) for a, on in handoff.items()] == [(True, True)]  # loopback
     assert left == 0.5  # the server holds half of the caller's bundle
     assert seen == (1, "colocated")  # the runtime_env reached the server process
     assert response["server_rank"] == 0
