@@ -24,6 +24,7 @@ from verl_core.rollout.handoff import (
     is_loopback,
 )
 from verl_core.rollout.hf import HFHttpServer
+from verl_core.rollout.replica import RolloutReplica
 from verl_core.rollout.tensor_payload import plan_tensor_body
 from verl_core.testing.server_contract import canonical, run
 
@@ -206,3 +207,15 @@ def test_handoff_matches_http_for_the_hf_backend(tiny_llm_path):
 )
 def test_is_loopback(address, expected):
     assert is_loopback(address) is expected
+
+
+@pytest.mark.parametrize("file_handoff", [True, False])
+def test_replica_asks_for_the_handoff_only_from_loopback_servers(file_handoff):
+    replica = RolloutReplica(RolloutConfig(model={"path": "unused"}), file_handoff=file_handoff)
+    local, remote = replica._client(0, "http://127.0.0.1:8000"), replica._client(1, "http://10.0.0.5:8000")
+    try:
+        assert (local.file_handoff, remote.file_handoff) == (file_handoff, False)
+        assert remote.max_response_bytes == replica.config.max_response_bytes and remote.rank == 1
+    finally:
+        run(local.aclose())
+        run(remote.aclose())
