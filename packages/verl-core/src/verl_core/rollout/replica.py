@@ -214,16 +214,15 @@ class RolloutReplica:
                 ).remote(self.config, rank=rank)
             )
         addresses = await _within(asyncio.gather(*(a.launch.remote() for a in self.actors)), timeout, "server launch")
-        self.router = RolloutRouter(
-            [
-                RolloutClient(addr, rank=rank, timeout_s=self.config.request_timeout_s,
-                              weight_timeout_s=self.config.weight_sync_timeout_s,
-                              max_response_bytes=self.config.max_response_bytes,
-                              file_handoff=self.file_handoff and is_loopback(addr))
-                for rank, addr in enumerate(addresses)
-            ]
-        )  # fmt: skip
+        self.router = RolloutRouter([self._client(rank, addr) for rank, addr in enumerate(addresses)])
         return list(addresses)
+
+    def _client(self, rank: int, address: str) -> RolloutClient:
+        """The client of server `rank`: rollout timeouts and limits; the tmpfs hand-off only at a loopback address."""
+        return RolloutClient(address, rank=rank, timeout_s=self.config.request_timeout_s,
+                             weight_timeout_s=self.config.weight_sync_timeout_s,
+                             max_response_bytes=self.config.max_response_bytes,
+                             file_handoff=self.file_handoff and is_loopback(address))  # fmt: skip
 
     async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Route one request (see `RolloutRouter.generate`)."""
