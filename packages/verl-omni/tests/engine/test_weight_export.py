@@ -16,21 +16,10 @@ from torch import nn
 from verl_omni.engine.lora import export_weights
 from verl_omni.engine.weight_export import ExportBuffer, _Slot, _staged_copy, export_state
 
+from .export_worker import reference as _reference
 from .test_fsdp_engine import _actor, _with_update_keys
 
 LORA = {"lora_rank": 4, "lora_alpha": 8}
-
-
-def _reference(module: nn.Module, *, lora_only: bool, dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
-    """The straightforward export, computed here from `module.state_dict()`: full tensor, cast, CPU copy."""
-    out = {}
-    for name, value in module.state_dict().items():
-        if ("lora_" in name) != lora_only:
-            continue
-        key = name.replace(".default.", ".") if lora_only else name.replace(".base_layer.", ".")
-        full = value.full_tensor() if hasattr(value, "full_tensor") else value
-        out[key] = full.detach().to(device="cpu", dtype=dtype or full.dtype, copy=True)
-    return out
 
 
 def _assert_same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
