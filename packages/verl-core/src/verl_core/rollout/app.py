@@ -19,9 +19,17 @@ from starlette.concurrency import run_in_threadpool
 from tensordict import TensorDictBase
 
 from verl_core.rollout.errors import RolloutError, WeightSyncError
+from verl_core.rollout.framing import MAX_HEADER_BYTES
 from verl_core.rollout.handoff import HANDOFF_CONTENT_TYPE, HANDOFF_HEADER
 from verl_core.rollout.net import parse_json, read_body
-from verl_core.rollout.protocol import AbortRequest, AbortResponse, SleepRequest, StateResponse, WakeUpRequest
+from verl_core.rollout.protocol import (
+    AbortRequest,
+    AbortResponse,
+    ShmWeightUpdateRequest,
+    SleepRequest,
+    StateResponse,
+    WakeUpRequest,
+)
 from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, plan_tensor_body
 from verl_core.rollout.weights import WeightStreamReader
 
@@ -103,6 +111,19 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
             with contextlib.suppress(Exception):  # drain the upload so the client reads our 4xx, not a reset
                 await asyncio.wait_for(_drain(chunks), wait)
             raise
+        return Response(out.model_dump_json(), media_type="application/json")
+
+    @app.post("/update_weights_shm")
+    async def update_weights_shm(request: Request) -> Response:
+        wait = server.config.weight_sync_timeout_s  # a stalled sender must not hold the handler forever
+        try:
+            raw = await asyncio.wait_for(read_body(request, MAX_HEADER_BYTES), wait)
+        except asyncio.TimeoutError:
+            raise WeightSyncError(f"no complete body within {wait:g} s (rollout.weight_sync_timeout_s)") from None
+        req = parse_json(ShmWeightUpdateRequest, raw)
+        out = await server.update_weights_shm(
+            req.segment, version=req.version, kind=req.kind, peft_config=req.peft_config, bucket_bytes=req.bucket_bytes
+        )
         return Response(out.model_dump_json(), media_type="application/json")
 
     return app

@@ -97,6 +97,28 @@ class RolloutClient:
             timeout=self.weight_timeout_s,
         )
 
+    async def update_weights_shm(
+        self,
+        segment: Mapping[str, Any],
+        *,
+        version: int,
+        kind: WeightKind = "full",
+        peft_config: dict[str, Any] | None = None,
+        bucket_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """POST /update_weights_shm: load the weights a `WeightSegment.write` descriptor names (same host only).
+
+        Do not write the segment again before this call returns (`verl_core.rollout.shm_weights`).
+        """
+        body = {
+            "segment": dict(segment),
+            "version": version,
+            "kind": kind,
+            "peft_config": peft_config,
+            "bucket_bytes": bucket_bytes,
+        }
+        return await self._post("/update_weights_shm", json=body, timeout=self.weight_timeout_s)
+
     async def health(self) -> dict[str, Any]:
         """GET /health."""
         return await self._request("GET", "/health")

@@ -11,6 +11,7 @@ __all__ = [
     "AbortResponse",
     "GenerateRequest",
     "GenerateResponse",
+    "ShmWeightUpdateRequest",
     "SleepRequest",
     "StateResponse",
     "TokenGenerateResponse",
@@ -92,6 +93,18 @@ class WakeUpRequest(BaseModel):
     model_config = _REQUEST
 
     tags: list[Literal["weights", "kv_cache"]] | None = None
+
+
+class ShmWeightUpdateRequest(BaseModel):
+    """`POST /update_weights_shm`: a `WeightSegment` descriptor plus the update's version, kind and PEFT config."""
+
+    model_config = _REQUEST
+
+    segment: dict[str, Any]
+    version: int = Field(ge=0)
+    kind: Literal["full", "lora"] = "full"
+    peft_config: dict[str, Any] | None = None
+    bucket_bytes: int | None = None
 
 
 class StateResponse(BaseModel):

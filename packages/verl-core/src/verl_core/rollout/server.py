@@ -31,11 +31,13 @@ from verl_core.rollout.errors import (
     EngineTimeoutError,
     NotReadyError,
     RolloutError,
+    WeightSyncError,
 )
 from verl_core.rollout.handoff import HandoffFiles
 from verl_core.rollout.metrics import ServerMetrics
 from verl_core.rollout.net import advertised_host, bind_socket, validation_message
 from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
+from verl_core.rollout.shm_weights import MappedSegments
 from verl_core.rollout.weights import TensorSpec, WeightKind, WeightPiece, WeightUpdate, iter_buckets, named_tensors
 
 __all__ = ["RolloutHttpServer", "ServerState"]
@@ -60,7 +62,8 @@ class RolloutHttpServer(EngineHooks):
 
     Lifecycle: `launch` → (`generate` | `abort` | `sleep` → `wake_up` | `update_weights`)* → `shutdown`.
     Routes: `GET /health`, `GET /ready`, `GET /metrics`, `POST /generate`, `/abort`, `/sleep`,
-    `/wake_up`, `/update_weights` (framed byte stream, see `verl_core.rollout.weights`). Every engine call is
+    `/wake_up`, `/update_weights` (framed byte stream, see `verl_core.rollout.weights`), `/update_weights_shm`
+    (JSON descriptor of a same-host shared-memory segment, see `verl_core.rollout.shm_weights`). Every engine call is
     bounded by a timeout from `RolloutConfig`; a hung engine surfaces as `EngineTimeoutError` (HTTP 504).
 
     Subclasses implement the `_engine_*` hooks of `EngineHooks` (`verl_core.rollout.engine_hooks`) and may
@@ -99,6 +102,7 @@ class RolloutHttpServer(EngineHooks):
         self.metrics = ServerMetrics()
         # same-host hand-off files not claimed yet: removed after the request timeout + 60 s, and at shutdown
         self.handoff_files = HandoffFiles(grace_s=config.request_timeout_s + 60)
+        self.weight_segments = MappedSegments()  # the sender's reused weight segment, mapped read-only
 
     # ---- properties ------------------------------------------------------------------------------
 
@@ -199,6 +203,36 @@ class RolloutHttpServer(EngineHooks):
                 yield [(name, tensor, None) for name, tensor in bucket]
 
         return await self._on_loop(self._apply_update(update, buckets()))
+
+    async def update_weights_shm(
+        self,
+        segment: Mapping[str, Any],
+        *,
+        version: int,
+        kind: WeightKind = "full",
+        peft_config: dict[str, Any] | None = None,
+        bucket_bytes: int | None = None,
+    ) -> WeightUpdateResponse:
+        """Load the weights a same-host `WeightSegment` descriptor names (`verl_core.rollout.shm_weights`).
+
+        The file and every manifest entry are checked before a byte is applied; the engine hooks get views of the
+        mapping in buckets of `bucket_bytes` (default `rollout.update_weights_bucket_bytes`), as from the stream.
+
+        Raises:
+            WeightSyncError: a bad descriptor, file or entry (named by `field`), or what `update_weights` raises.
+        """
+        size = bucket_bytes or self.config.update_weights_bucket_bytes
+        if not isinstance(size, int) or not 64 <= size <= self.config.max_bucket_bytes:
+            raise WeightSyncError(f"bucket_bytes must be in [64, {self.config.max_bucket_bytes}]", field="bucket_bytes")
+
+        async def apply() -> WeightUpdateResponse:
+            mapped = self.weight_segments.open(segment)
+            update = WeightUpdate(version, kind, mapped.specs, peft_config)
+            out = await self._apply_update(update, mapped.buckets(update, size))
+            self.metrics.count("weight_updates_shm")
+            return out
+
+        return await self._on_loop(apply())
 
     async def served_weights(self, names: Iterable[str], *, kind: WeightKind = "full") -> dict[str, torch.Tensor]:
         """CPU copies of the tensors the engine serves now under `names` (for checks, e.g. the contract suite).
@@ -506,4 +540,5 @@ class RolloutHttpServer(EngineHooks):
             with contextlib.suppress(Exception):
                 await self._timed("shutdown", "lifecycle_timeout_s", self._engine_shutdown())
         self.handoff_files.close()
+        self.weight_segments.close()
         self._state = ServerState.STOPPED
