@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -117,7 +118,9 @@ class RolloutClient:
             "peft_config": peft_config,
             "bucket_bytes": bucket_bytes,
         }
-        return await self._post("/update_weights_shm", json=body, timeout=self.weight_timeout_s)
+        content = json.dumps(body, separators=(",", ":"), default=_sets_as_lists).encode()  # PEFT's target sets
+        headers = {"content-type": "application/json"}
+        return await self._post("/update_weights_shm", content=content, headers=headers, timeout=self.weight_timeout_s)
 
     async def health(self) -> dict[str, Any]:
         """GET /health."""
@@ -191,6 +194,12 @@ def _error_from(response: httpx.Response) -> RolloutError:
     error = cls(body.get("message") or f"HTTP {response.status_code}: {response.text[:200]}", field=body.get("field"))
     error.status_code = response.status_code
     return error
+
+
+def _sets_as_lists(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"cannot send {type(value).__name__} {value!r:.80} as JSON")
 
 
 async def _aiter(chunks: Iterator[bytes | memoryview]) -> AsyncIterator[bytes]:

@@ -38,6 +38,7 @@ from verl_core.rollout.client import RolloutClient
 from verl_core.rollout.errors import NotReadyError, WeightSyncError
 from verl_core.rollout.protocol import GenerateRequest
 from verl_core.rollout.server import RolloutHttpServer, ServerState
+from verl_core.rollout.shm_weights import WeightSegment
 from verl_core.rollout.tensor_payload import response_fields
 
 __all__ = ["ContractBackend", "ServerContractSuite", "canonical", "hung_variant", "run"]
@@ -225,10 +226,10 @@ class ServerContractSuite:
         assert again.weight_version == version + 1
         assert backend.outputs(run(server.generate(backend.request)).model_dump()) == backend.outputs(after)
 
-    @pytest.mark.parametrize("path", ["http", "python"])
+    @pytest.mark.parametrize("path", ["http", "python", "shm"])
     def test_contract_served_weights_equal_sent(self, backend: ContractBackend, server, path) -> None:
         """After update_weights every served tensor equals the one sent, tensors larger than a bucket included."""
-        weights = dict(backend.new_weights(3 if path == "http" else 4))
+        weights = dict(backend.new_weights({"http": 3, "python": 4, "shm": 5}[path]))
         sizes = {name: t.numel() * t.element_size() for name, t in weights.items()}
         bucket = max(64, max(sizes.values()) // 3)  # the largest tensor travels as >= 3 slices over HTTP
         assert any(size > bucket for size in sizes.values()), "no tensor is larger than a bucket"
@@ -239,6 +240,16 @@ class ServerContractSuite:
             result = run(_with_client(server.address, lambda c: c.update_weights(
                 weights, version=version, kind=backend.weight_kind, peft_config=backend.peft_config,
                 bucket_bytes=bucket)))  # fmt: skip
+            assert result["num_buckets"] > len([s for s in sizes.values() if s > bucket])
+        elif path == "shm":  # the same-host shared-memory segment (`verl_core.rollout.shm_weights`)
+            segment = WeightSegment()
+            try:
+                descriptor = segment.write(weights)
+                result = run(_with_client(server.address, lambda c: c.update_weights_shm(
+                    descriptor, version=version, kind=backend.weight_kind, peft_config=backend.peft_config,
+                    bucket_bytes=bucket)))  # fmt: skip
+            finally:
+                segment.close()
             assert result["num_buckets"] > len([s for s in sizes.values() if s > bucket])
         else:
             run(server.update_weights(weights, version=version, kind=backend.weight_kind,
