@@ -3,8 +3,13 @@ bit-identical resume, weight sync, failures that name the worker, two actor rank
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+from verl_core.rollout.handoff import handoff_dir
+from verl_core.rollout.shm_weights import PREFIX as SHM_PREFIX
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -168,6 +173,10 @@ def test_two_actor_ranks_and_two_http_servers_sleep_wake_and_sync_every_step(ray
     assert sorted(served) == [0, 1]
     assert sum(m["counters"]["sleeps"] for m in served.values()) == 4
     assert all(m["counters"]["weight_updates"] == 2 and m["weight_version"] == 2 for m in served.values())
+    # both servers are on this host: each update came through the actor's shared-memory segment, not HTTP
+    assert all(m["counters"].get("weight_updates_shm") == 2 for m in served.values()), served
+    assert all(row["perf/weight_sync_shm_servers"] == 2.0 for row in run.history)
+    assert not [p for p in os.listdir(handoff_dir()) if p.startswith(SHM_PREFIX)]  # the segment left with the actor
     assert all(m["lora_active"] and m["state"] == "ready" for m in served.values())
     assert sum(m["images_generated"] for m in served.values()) == 8
     # transport + codec time of the HTTP requests (client round trip minus the server's own latency) is logged

@@ -14,12 +14,14 @@ class _Actor:
     def __init__(self):
         self.pushed = []
         self.dtypes = []
+        self.transports = []
 
     def call(self, method, *args, **kwargs):
         assert method == "push_weights"
         self.pushed.append(args[1])
         self.dtypes.append(args[4])
-        return [{"bytes": 8.0, "export_s": 0.0, "send_s": 0.0}]
+        self.transports.append(args[5])
+        return [{"bytes": 8.0, "export_s": 0.0, "send_s": 0.0, "shm_servers": 2.0}]
 
 
 class _Rollout:
@@ -58,6 +60,7 @@ def test_weight_sync_wakes_the_rollout_and_checks_every_server(tiny_qwen_image_p
     metrics = trainer._sync_weights(7)
     assert actor.pushed == [7] and rollout.woken == 1
     assert metrics["rollout/weight_version"] == 7.0 and trainer.weight_version == 7
+    assert actor.transports == ["auto"] and metrics["perf/weight_sync_shm_servers"] == 2.0
     assert actor.dtypes == ["float32"]  # the quickstart's rollout dtype
 
 

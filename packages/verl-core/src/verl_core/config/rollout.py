@@ -102,6 +102,9 @@ class RolloutConfig(BaseConfig):
         max_response_bytes (`int`, *optional*, defaults to 2 GiB): largest binary generate response (tensors)
             a server sends and a replica's clients accept.
         update_weights_bucket_bytes (`int`, *optional*, defaults to 256 MiB): bucket size senders use (>= 64).
+        update_weights_transport (`str`, *optional*, defaults to `"auto"`): how senders push weights: `"auto"`
+            writes them once into a shared-memory segment for servers at a loopback address (`/update_weights_shm`)
+            and streams them over HTTP to the others; `"http"` streams to every server.
         max_prompt_len (`int`, *optional*, defaults to `8192`): longest prompt in tokens.
         max_concurrent_requests (`int`, *optional*, defaults to `1024`): generates in flight before 503.
         sleep_level (`int`, *optional*, defaults to `1`): 1 keeps weights in host memory, 2 drops them.
@@ -133,6 +136,7 @@ class RolloutConfig(BaseConfig):
     max_bucket_bytes: int = 2 << 30
     max_response_bytes: int = 2 << 30
     update_weights_bucket_bytes: int = 256 << 20
+    update_weights_transport: str = "auto"
     max_prompt_len: int = 8192
     max_concurrent_requests: int = 1024
     sleep_level: int = 1
@@ -161,6 +165,7 @@ class RolloutConfig(BaseConfig):
             64 <= self.update_weights_bucket_bytes <= self.max_bucket_bytes,
             f"int in [64, max_bucket_bytes ({self.max_bucket_bytes})]",
         )
+        self._require("update_weights_transport", self.update_weights_transport in ("auto", "http"), "'auto' or 'http'")
         self._require("max_concurrent_requests", self.max_concurrent_requests >= 1, "int >= 1")
         self._require("sleep_level", self.sleep_level in (1, 2), "1 (keep weights in host memory) or 2 (drop them)")
         self._require("tensor_model_parallel_size", self.tensor_model_parallel_size >= 1, "int >= 1")

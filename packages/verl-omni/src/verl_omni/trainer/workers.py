@@ -8,7 +8,6 @@ weights. The driver splits each batch evenly over the ranks and bounds every cal
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import socket
@@ -21,6 +20,7 @@ from tensordict import TensorDict
 
 from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
+from verl_omni.trainer.weight_push import WeightPusher
 
 __all__ = ["ActorGroup", "ActorWorker", "WorkerError"]
 
@@ -69,6 +69,7 @@ class ActorWorker:
         register_tensor_transport()  # results (reference means, log-probs) go back as raw bytes
         self.engine: Any = None
         self.ref_engine: Any = None
+        self._pusher: WeightPusher | None = None  # rank 0: the weight-sync segment, reused step to step
 
     # ---- start-up -----------------------------------------------------------------------------------------
 
@@ -137,9 +138,15 @@ class ActorWorker:
         return self.engine.update_policy(batch)
 
     def push_weights(
-        self, targets: list[Any], version: int, bucket_bytes: int, timeout_s: float, dtype: str | None = None
+        self,
+        targets: list[Any],
+        version: int,
+        bucket_bytes: int,
+        timeout_s: float,
+        dtype: str | None = None,
+        transport: str = "auto",
     ) -> dict[str, float]:
-        """Gather the trainable weights (a collective) and, on rank 0, stream them to every rollout server.
+        """Gather the trainable weights (a collective) and, on rank 0, send them to every rollout server.
 
         The export is the engine's fast path: gathered and cast on the device, one transfer into a pinned host
         buffer that the engine reuses from step to step (this call drops its views before returning).
@@ -151,20 +158,33 @@ class ActorWorker:
             timeout_s (`float`): bound of each server's update.
             dtype (`str`, *optional*): cast to this dtype on the device before sending (e.g. `"bfloat16"`, the
                 rollout's dtype: half the bytes of fp32); default: the master dtype.
+            transport (`str`, *optional*, defaults to `"auto"`): `rollout.update_weights_transport`: `"auto"` writes
+                the weights once into this worker's shared-memory segment for loopback servers (`WeightPusher`).
 
         Returns:
-            `{"bytes": ..., "export_s": ..., "send_s": ...}` (rank 0; zeros elsewhere).
+            `{"bytes", "export_s", "send_s", "shm_servers"}` (rank 0; zeros elsewhere).
         """
         start = time.perf_counter()
         weights = self.engine.export_weights(dtype=getattr(torch, dtype) if dtype else None)
         export_s = time.perf_counter() - start
         if self.rank != 0:
-            return {"bytes": 0.0, "export_s": export_s, "send_s": 0.0}
+            return {"bytes": 0.0, "export_s": export_s, "send_s": 0.0, "shm_servers": 0.0}
         peft_config = self._peft_config() if self.engine.use_lora else None
         size = float(sum(t.numel() * t.element_size() for t in weights.values()))
+        if self._pusher is None or self._pusher.transport != transport:
+            self.close_weight_segment()
+            self._pusher = WeightPusher(transport)
         start = time.perf_counter()
-        asyncio.run(_push_http(targets, weights, version, peft_config, bucket_bytes, timeout_s))
-        return {"bytes": size, "export_s": export_s, "send_s": time.perf_counter() - start}
+        sent = self._pusher.push(
+            targets, weights, version=version, peft_config=peft_config, bucket_bytes=bucket_bytes, timeout_s=timeout_s
+        )
+        return {"bytes": size, "export_s": export_s, "send_s": time.perf_counter() - start, **sent}
+
+    def close_weight_segment(self) -> None:
+        """Unlink the weight-sync segment (before the worker is killed; also at garbage collection)."""
+        if self._pusher is not None:
+            self._pusher.close()
+            self._pusher = None
 
     def _peft_config(self) -> dict[str, Any]:
         cfg = self.model_config
@@ -209,31 +229,6 @@ def _compiled_blocks(engine: Any) -> int:
     """How many of the engine's sharded blocks carry a `torch.compile`d forward (`nn.Module.compile`)."""
     blocks = engine._blocks(engine.module, engine.model_config.fsdp_layer_prefixes)
     return sum(getattr(block, "_compiled_call_impl", None) is not None for block in blocks)
-
-
-async def _push_http(
-    addresses: list[str],
-    weights: dict[str, torch.Tensor],
-    version: int,
-    peft_config: dict[str, Any] | None,
-    bucket_bytes: int,
-    timeout_s: float,
-) -> None:
-    from verl_core.rollout.client import RolloutClient
-
-    kind = "lora" if peft_config is not None else "full"
-    clients = [RolloutClient(a, rank=r, weight_timeout_s=timeout_s) for r, a in enumerate(addresses)]
-    try:
-        await asyncio.gather(
-            *(
-                c.update_weights(
-                    weights, version=version, kind=kind, peft_config=peft_config, bucket_bytes=bucket_bytes
-                )
-                for c in clients
-            )
-        )
-    finally:
-        await asyncio.gather(*(c.aclose() for c in clients))
 
 
 def _free_port(low: int, high: int) -> int:
@@ -336,9 +331,11 @@ class ActorGroup:
         return f"rank {rank} (node {node.get('ip', '?')}, pid {node.get('pid', '?')})"
 
     def shutdown(self) -> None:
-        """Kill every rank."""
+        """Let every rank unlink its weight-sync segment (a kill runs no finalizer), then kill every rank."""
         import ray
 
+        with contextlib.suppress(Exception):  # a dead or hung rank must not stop the shutdown
+            ray.get([h.close_weight_segment.remote() for h in self.handles], timeout=10)
         for handle in self.handles:
             with contextlib.suppress(Exception):  # already dead
                 ray.kill(handle)

@@ -1,0 +1,100 @@
+"""`WeightPusher` against a real loopback `HFHttpServer`: shared memory when it can, HTTP when told or it cannot."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+import pytest
+import torch
+
+from verl_core.config import RolloutConfig
+from verl_core.rollout.handoff import handoff_dir
+from verl_core.rollout.hf import HFHttpServer
+from verl_core.rollout.shm_weights import PREFIX
+from verl_core.testing.server_contract import run
+from verl_core.testing.tiny_llm import build_tiny_llm, random_state_dict
+from verl_omni.trainer.weight_push import WeightPusher
+
+
+def _segments() -> set[str]:
+    return {p for p in os.listdir(handoff_dir()) if p.startswith(PREFIX)}
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    return build_tiny_llm(tmp_path_factory.mktemp("tiny-llm"))
+
+
+@pytest.fixture(scope="module")
+def server(llm):
+    server = HFHttpServer(RolloutConfig(model={"path": str(llm)}, device="cpu", request_timeout_s=30))
+    run(server.launch())
+    yield server
+    run(server.shutdown())
+
+
+def _counters(server) -> tuple[int, int]:
+    c = server.metrics_snapshot()["counters"]
+    return c.get("weight_updates", 0), c.get("weight_updates_shm", 0)
+
+
+def _push(pusher: WeightPusher, server, weights, version: int) -> dict[str, float]:
+    return pusher.push([server.address], weights, version=version, peft_config=None, bucket_bytes=1 << 16, timeout_s=60)
+
+
+def _served_equal(server, weights) -> bool:
+    served = run(server.served_weights(list(weights)))
+    return all(torch.equal(served[n], t) for n, t in weights.items())
+
+
+def test_loopback_servers_get_the_segment_written_once_and_reused(server, llm):
+    before = _segments()
+    pusher = WeightPusher()
+    updates, shm = _counters(server)
+    try:
+        for seed in (1, 2):
+            weights = random_state_dict(llm, seed=seed)
+            assert _push(pusher, server, weights, server.weight_version + 1) == {"shm_servers": 1.0}
+            assert _served_equal(server, weights)
+        assert pusher.segment is not None and pusher.segment.generation == 2
+        assert len(_segments() - before) == 1
+    finally:
+        pusher.close()
+    assert _counters(server) == (updates + 2, shm + 2)
+    assert _segments() == before
+
+
+def test_transport_http_streams_to_loopback_servers_too(server, llm):
+    pusher = WeightPusher("http")
+    updates, shm = _counters(server)
+    weights = random_state_dict(llm, seed=3)
+    assert _push(pusher, server, weights, server.weight_version + 1) == {"shm_servers": 0.0}
+    assert _served_equal(server, weights) and pusher.segment is None
+    assert _counters(server) == (updates + 1, shm)
+
+
+def test_no_room_for_the_segment_warns_once_and_falls_back_to_http(server, llm, monkeypatch, caplog):
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    before = _segments()
+    pusher = WeightPusher()
+    updates, shm = _counters(server)
+    with caplog.at_level(logging.WARNING, logger="verl_omni.trainer.weight_push"):
+        for seed in (4, 5):
+            weights = random_state_dict(llm, seed=seed)
+            assert _push(pusher, server, weights, server.weight_version + 1) == {"shm_servers": 0.0}
+            assert _served_equal(server, weights)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_omni.trainer.weight_push"]
+    assert len(warnings) == 1 and handoff_dir() in warnings[0] and "No space left" in warnings[0], warnings
+    assert _counters(server) == (updates + 2, shm)
+    assert _segments() == before
+    pusher.close()
+
+
+def test_an_unknown_transport_is_an_error_naming_the_key():
+    with pytest.raises(ValueError, match="update_weights_transport"):
+        WeightPusher("nccl")
