@@ -40,6 +40,7 @@ def test_rollout_config_from_omegaconf_nested():
             {"update_weights_bucket_bytes": 10, "max_bucket_bytes": 5}, "update_weights_bucket_bytes", id="bucket"
         ),
         pytest.param({"update_weights_bucket_bytes": 32}, r"update_weights_bucket_bytes.*\[64,", id="bucket-under-64"),
+        pytest.param({"update_weights_transport": "nccl"}, r"update_weights_transport.*auto.*http", id="transport"),
     ],
 )
 def test_rollout_config_rejects_bad_values(kwargs, needle):
