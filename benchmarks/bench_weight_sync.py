@@ -5,7 +5,12 @@ for several bucket sizes and samples the server's RSS every 2 ms. Reported per b
 ratio to an in-process `copy_` of the same tensors (the baseline, measured here), and the server's peak
 extra memory against the bucket size (it must stay near one bucket, never a second model copy).
 
+Then HTTP stream vs shared-memory segment (`verl_core.rollout.shm_weights`: write the reused segment, POST
+`/update_weights_shm`) into the same server, median of `--repeats` runs each, for the whole state dict and for a
+bf16 subset of `--small-mb` MB (a LoRA-sized update): GB/s and the shm/HTTP ratio.
+
     python benchmarks/bench_weight_sync.py [--buckets-mib 16 64 256] [--layers 18] [--device cpu|cuda] [--out outputs/]
+        [--repeats 5] [--small-mb 113]
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=18, help="18 layers of hidden 1024 ~ 1.0 GiB fp32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default="outputs")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per transport in the HTTP vs shm comparison")
+    parser.add_argument("--small-mb", type=int, default=113, help="size of the bf16 case (a LoRA-sized update)")
     args = parser.parse_args()
 
     from verl_core.rollout.client import RolloutClient
@@ -133,6 +140,7 @@ def main() -> None:
             (mib, result["num_buckets"], total / seconds / 1e9, (server_rss.peak - before) / 2**20,
              (client_rss.peak - own_before) / 2**20)
         )  # fmt: skip
+    transports = compare_transports(address, state, args.small_mb, args.repeats, args.buckets_mib[-1] << 20)
     stop.set()
     child.join(timeout=60)
 
@@ -144,6 +152,12 @@ def main() -> None:
     for mib, n, gbps, extra, client_extra in rows:
         print(f"{mib:10d} {n:8d} {gbps:7.2f} {gbps / copy_gbps:9.2f} {extra:22.1f} {extra / mib:13.2f} "
               f"{client_extra:22.1f}")  # fmt: skip
+    print(f"HTTP stream vs shm segment, same server, bucket {args.buckets_mib[-1]} MiB, median of {args.repeats}:")
+    print(f"{'case':>24s} {'http GB/s':>10s} {'shm GB/s':>9s} {'shm/http':>9s} {'shm write s':>12s} "
+          f"{'shm post s':>11s}")  # fmt: skip
+    for case, http_s, shm_s, write_s, post_s, size in transports:
+        print(f"{case:>24s} {size / http_s / 1e9:10.2f} {size / shm_s / 1e9:9.2f} {http_s / shm_s:9.2f} "
+              f"{write_s:12.3f} {post_s:11.3f}")  # fmt: skip
     try:
         import matplotlib
 
@@ -167,6 +181,64 @@ def main() -> None:
         print(f"chart: {path}")
     except ImportError:
         pass
+
+
+def compare_transports(
+    address: str, state: dict[str, torch.Tensor], small_mb: int, repeats: int, bucket: int
+) -> list[tuple[str, float, float, float, float, int]]:
+    """Median seconds of HTTP and of shm (segment write + POST, and each part) per case, alternating runs."""
+    import statistics
+
+    from verl_core.rollout.client import RolloutClient
+    from verl_core.rollout.shm_weights import WeightSegment
+
+    small, size = {}, 0
+    for name, t in state.items():  # a bf16 subset of about `small_mb` MB
+        if size + t.numel() * 2 > small_mb * 10**6:
+            continue
+        small[name] = t.to(torch.bfloat16)
+        size += t.numel() * 2
+    cases = [(f"{_gib(state):.2f} GiB fp32", state), (f"{size / 1e6:.0f} MB bf16", small)]
+    segment = WeightSegment()
+    version = 1000
+
+    async def post(weights, descriptor) -> dict:
+        client = RolloutClient(address, weight_timeout_s=600)
+        try:
+            if descriptor is None:
+                return await client.update_weights(weights, version=version, bucket_bytes=bucket)
+            return await client.update_weights_shm(descriptor, version=version, bucket_bytes=bucket)
+        finally:
+            await client.aclose()
+
+    rows = []
+    try:
+        for case, weights in cases:
+            total = sum(t.numel() * t.element_size() for t in weights.values())
+            asyncio.run(post(weights, segment.write(weights)))  # warm-up: the segment exists and is mapped
+            http, shm, writes, posts = [], [], [], []
+            for _ in range(repeats):
+                version += 1
+                t0 = time.perf_counter()
+                assert asyncio.run(post(weights, None))["bytes"] == total
+                http.append(time.perf_counter() - t0)
+                version += 1
+                t0 = time.perf_counter()
+                descriptor = segment.write(weights)
+                t1 = time.perf_counter()
+                assert asyncio.run(post(weights, descriptor))["bytes"] == total
+                shm.append(time.perf_counter() - t0)
+                writes.append(t1 - t0)
+                posts.append(time.perf_counter() - t1)
+            med = statistics.median
+            rows.append((case, med(http), med(shm), med(writes), med(posts), total))
+    finally:
+        segment.close()
+    return rows
+
+
+def _gib(state: dict[str, torch.Tensor]) -> float:
+    return sum(t.numel() * t.element_size() for t in state.values()) / 2**30
 
 
 if __name__ == "__main__":
