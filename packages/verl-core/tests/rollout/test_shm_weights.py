@@ -160,18 +160,21 @@ def test_shm_update_through_the_server_serves_exactly_the_sent_weights(server, t
         assert result["num_buckets"] >= 3
         assert not _served_equal(server, weights)
         assert server.weight_segments._key == (descriptor["path"], descriptor["inode"], descriptor["size"])
-        # the same file again (reused mapping), new values
+        mapping = server.weight_segments._mm
+        # the same file again, new values: the server reads them through the mapping it kept
         again = random_state_dict(tiny_llm_path, seed=12)
         second = segment.write(again)
         assert second["path"] == descriptor["path"]
         run(_push_shm(server.address, second, version=version + 1))
         assert not _served_equal(server, again)
+        assert server.weight_segments._mm is mapping
         # a grown segment: the server maps the new file and drops the old mapping
         segment._allocate(descriptor["size"] * 2)  # what a larger update does: a new file, the old one unlinked
         grown = segment.write(again)
         assert grown["path"] != descriptor["path"] and not os.path.exists(descriptor["path"])
         run(_push_shm(server.address, grown, version=version + 2))
         assert server.weight_segments._key == (grown["path"], grown["inode"], grown["size"])
+        assert server.weight_segments._mm is not mapping and mapping.closed  # the old mapping was dropped
     finally:
         segment.close()
     after = server.metrics_snapshot()["counters"]
