@@ -127,7 +127,6 @@ def server(tiny_llm_path):
     run(server.launch())
     yield server
     run(server.shutdown())
-    assert server.weight_segments._mm is None  # shutdown drops the cached mapping
 
 
 async def _push_shm(address: str, descriptor, **kwargs):
@@ -195,7 +194,7 @@ def _bad(descriptor: dict, tmp_path, case: str) -> tuple[dict, str]:
         d["inode"] += 1
         return d, "inode"
     if case == "out-of-bounds":
-        d["manifest"][0]["offset"] = d["size"] - 64
+        d["manifest"][0]["offset"] = d["size"]
         return d, first
     if case == "misaligned":
         d["manifest"][0]["offset"] += 4
@@ -210,6 +209,9 @@ def _bad(descriptor: dict, tmp_path, case: str) -> tuple[dict, str]:
         return d, "path"
     if case == "dot-dot":
         d["path"] = os.path.join(handoff_dir(), "..", os.path.basename(handoff_dir()), os.path.basename(d["path"]))
+        return d, "path"
+    if case == "foreign-owner":  # needs root to give the file away
+        os.chown(d["path"], os.getuid() + 12345, -1)
         return d, "path"
     if case == "not-a-regular-file":
         link = os.path.join(handoff_dir(), f"{PREFIX}link-{os.getpid()}")
@@ -229,6 +231,7 @@ BAD = [
     "foreign-directory",
     "dot-dot",
     "not-a-regular-file",
+    pytest.param("foreign-owner", marks=pytest.mark.skipif(os.getuid() != 0, reason="chown needs root")),
 ]
 
 
@@ -251,3 +254,31 @@ def test_a_bad_descriptor_is_a_4xx_naming_the_field_and_serving_is_unchanged(ser
     after = run(server.served_weights(list(weights)))
     assert all(torch.equal(before[n], after[n]) for n in weights)
     assert server.readiness() == (True, "ready")
+
+
+@pytest.mark.parametrize("case", ["duplicate", "out-of-bounds", "misaligned"])
+def test_manifest_checks_hold_without_the_backend(tmp_path, case):
+    """The segment checks its manifest itself: a backend that checks nothing gets no bad view."""
+    segment, mapped = WeightSegment(), MappedSegments()
+    try:
+        bad, field = _bad(segment.write({"a": torch.ones(4), "b": torch.ones(2)}), tmp_path, case)
+        with pytest.raises(WeightSyncError) as info:
+            mapped.open(bad)
+        assert info.value.field == field
+    finally:
+        mapped.close()
+        segment.close()
+
+
+def test_shutdown_drops_the_cached_mapping(tiny_llm_path):
+    server = HFHttpServer(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu"))
+    run(server.launch())
+    segment = WeightSegment()
+    try:
+        run(_push_shm(server.address, segment.write(random_state_dict(tiny_llm_path, seed=31)), version=1))
+        mapping = server.weight_segments._mm
+        assert mapping is not None and not mapping.closed
+    finally:
+        run(server.shutdown())
+        segment.close()
+    assert server.weight_segments._mm is None and mapping.closed
