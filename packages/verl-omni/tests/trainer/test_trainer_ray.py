@@ -149,6 +149,7 @@ class _RolloutSpy:
 
 def test_two_actor_ranks_and_two_http_servers_sleep_wake_and_sync_every_step(ray_session, trainer_run, tmp_path):
     spies, served = [], {}
+    segments_before = {p for p in os.listdir(handoff_dir()) if p.startswith(SHM_PREFIX)}
 
     def inspect(components):
         served.update(components.rollout.server_metrics())
@@ -176,7 +177,8 @@ def test_two_actor_ranks_and_two_http_servers_sleep_wake_and_sync_every_step(ray
     # both servers are on this host: each update came through the actor's shared-memory segment, not HTTP
     assert all(m["counters"].get("weight_updates_shm") == 2 for m in served.values()), served
     assert all(row["perf/weight_sync_shm_servers"] == 2.0 for row in run.history)
-    assert not [p for p in os.listdir(handoff_dir()) if p.startswith(SHM_PREFIX)]  # the segment left with the actor
+    segments_after = {p for p in os.listdir(handoff_dir()) if p.startswith(SHM_PREFIX)}
+    assert segments_after <= segments_before  # rank 0 unlinked its segment before it was killed
     assert all(m["lora_active"] and m["state"] == "ready" for m in served.values())
     assert sum(m["images_generated"] for m in served.values()) == 8
     # transport + codec time of the HTTP requests (client round trip minus the server's own latency) is logged
