@@ -240,6 +240,7 @@ def test_a_bad_descriptor_is_a_4xx_naming_the_field_and_serving_is_unchanged(ser
     weights = random_state_dict(tiny_llm_path, seed=21)
     before = run(server.served_weights(list(weights)))
     version = server.weight_version
+    cached = server.weight_segments._mm
     segment = WeightSegment()
     try:
         bad, field = _bad(segment.write(weights), tmp_path, case)
@@ -251,6 +252,8 @@ def test_a_bad_descriptor_is_a_4xx_naming_the_field_and_serving_is_unchanged(ser
             os.unlink(bad["path"])
     assert info.value.status_code == 422 and info.value.field == field, info.value
     assert server.weight_version == version
+    if case in ("missing-file", "wrong-size", "wrong-inode", "not-a-regular-file"):
+        assert server.weight_segments._mm is cached  # a bad file does not cost the mapping of the good one
     after = run(server.served_weights(list(weights)))
     assert all(torch.equal(before[n], after[n]) for n in weights)
     assert server.readiness() == (True, "ready")

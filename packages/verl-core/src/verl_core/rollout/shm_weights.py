@@ -204,9 +204,9 @@ class MappedSegments:
                 raise WeightSyncError(f"segment {key} must be an int >= 1, got {value!r}", field=key)
         specs, offsets = _check_manifest(descriptor.get("manifest"), size)
         if self._key != (path, inode, size) or self._mm is None:
+            mm = _map_read_only(path, size, inode)  # a bad file leaves the cached mapping as it was
             self.close()
-            self._mm = _map_read_only(path, size, inode)
-            self._key = (path, inode, size)
+            self._mm, self._key = mm, (path, inode, size)
         else:  # the cached mapping: the file must still be the one we mapped
             _check_file(path, size, inode)
         return MappedSegment(self._mm, specs, offsets)
