@@ -89,8 +89,13 @@ class ColocatedRollout:
             runtime_env=env,
             file_handoff=True,  # servers at a loopback address (one host) answer through /dev/shm, others HTTP
         )
-        self.agent_loop = get_agent_loop(config.agent.default_agent_loop)(
-            self.replica, timeout_s=config.request_timeout_s
+        agent = config.agent
+        grouping = agent.prompts_per_request or (0 if config.name == "diffusers" else 1)  # multi-prompt: diffusers
+        self.agent_loop = get_agent_loop(agent.default_agent_loop)(
+            self.replica,
+            timeout_s=config.request_timeout_s,
+            prompts_per_request=grouping,
+            max_images_per_request=agent.max_images_per_request,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-driver", daemon=True)
@@ -111,7 +116,9 @@ class ColocatedRollout:
     # ---- the calls the trainer makes ----------------------------------------------------------------
 
     def generate(self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int) -> TensorDict:
-        """One request per record (its rows seeded `seed + i*n + r`) through the agent loop, spread over the servers.
+        """The records through the agent loop (`rollout.agent.prompts_per_request` a request), over the servers.
+
+        Record `i`'s rows are seeded `seed + i*n + r` whatever the grouping.
 
         Returns:
             The trajectories, prompt-major, with `prompt_index`, `seed`, `weight_version` and `server_rank` per row.
@@ -124,7 +131,11 @@ class ColocatedRollout:
             negative_prompts=negatives if any(n is not None for n in negatives) else None,
         )
         out = self._run(call, "generate", self.config.request_timeout_s)
-        self.last_request_metrics = request_overhead_metrics(out.latency_s, out.server_latency_s)
+        first = sorted({r: i for i, r in reversed(list(enumerate(out.request_index)))}.values())  # one per request
+        first = first or list(range(len(out.latency_s)))
+        self.last_request_metrics = request_overhead_metrics(
+            [out.latency_s[i] for i in first], [out.server_latency_s[i] for i in first]
+        )
         return out.trajectory
 
     def sleep(self) -> None:
