@@ -300,8 +300,8 @@ def _concat(
         rows = traj.batch_size[0]
         if rows != count * n:
             raise AgentLoopError(
-                f"request for {_what(start, count)} on server rank {rank} returned {rows} rows, expected {count} prompts "
-                f"x n={n}",
+                f"request for {_what(start, count)} on server rank {rank} returned {rows} rows, "
+                f"expected {count} prompts x n={n}",
                 prompt_index=start,
                 server_rank=rank,
             )

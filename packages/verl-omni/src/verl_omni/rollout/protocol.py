@@ -2,11 +2,12 @@
 
 Request (JSON): a text `prompt` (or a list of `k` prompts), an optional `negative_prompt` (one for all, or a list of
 one per prompt), a `seed`, and `sampling_params` that override `DiffusionSamplingConfig` fields of the server's
-defaults; the request makes `k * n` images, prompt-major, row `j` seeded `seed + j` (one prompt: `k = 1`). Response (binary, `verl_core.rollout.tensor_payload`): `finish_reason`, `weight_version`, the `seed`
-used, the resolved `sampling_params`, and the `trajectory` TensorDict in the layout of
-`verl_omni.pipelines.sample_with_logprob` (uint8 `images` included; null when the request was aborted). The
-conditioning entries (prompt embeddings and masks, negative ones under CFG) are the same for every row of a request:
-they are one row expanded over the `n` rows (stride 0), and travel once.
+defaults; the request makes `k * n` images, prompt-major, row `j` seeded `seed + j` (one prompt: `k = 1`).
+Response (binary, `verl_core.rollout.tensor_payload`): `finish_reason`, `weight_version`, the `seed` used, the
+resolved `sampling_params`, and the `trajectory` TensorDict in the layout of `verl_omni.pipelines.sample_with_logprob`
+(uint8 `images` included; null when the request was aborted). The conditioning entries (prompt embeddings and masks,
+negative ones under CFG) of a one-prompt request are the same for every row: they are one row expanded over the `n`
+rows (stride 0), and travel once.
 """
 
 from __future__ import annotations
