@@ -342,10 +342,10 @@ def test_bad_prompt_combinations_are_refused_naming_the_field(plain, fields, fie
 def test_a_multi_prompt_request_is_never_coalesced(launch):
     server = launch(coalesce=True)
     multi = {"prompt": MULTI[:2], "seed": 7, "negative_prompt": "blurry", "sampling_params": SAMPLING}
-    together = _concurrently(server, [multi, REQUESTS[0], REQUESTS[1]])
+    together = _concurrently(server, [REQUESTS[0], multi, REQUESTS[1]])  # same sampling, negative prompt and n
     metrics = server.metrics_snapshot()
     assert metrics["coalesced_calls"] == 1 and metrics["coalesced_requests"] == 2  # the two one-prompt requests
-    assert canonical(together[0].trajectory) == canonical(run(server.generate(multi)).trajectory)
+    assert canonical(together[1].trajectory) == canonical(run(server.generate(multi)).trajectory)
 
 
 def test_abort_and_timeout_stop_a_multi_prompt_request(plain, monkeypatch):

@@ -89,13 +89,11 @@ class ColocatedRollout:
             runtime_env=env,
             file_handoff=True,  # servers at a loopback address (one host) answer through /dev/shm, others HTTP
         )
-        agent = config.agent
-        grouping = agent.prompts_per_request or (0 if config.name == "diffusers" else 1)  # multi-prompt: diffusers
-        self.agent_loop = get_agent_loop(agent.default_agent_loop)(
+        self.agent_loop = get_agent_loop(config.agent.default_agent_loop)(
             self.replica,
             timeout_s=config.request_timeout_s,
-            prompts_per_request=grouping,
-            max_images_per_request=agent.max_images_per_request,
+            prompts_per_request=prompts_per_request(config),
+            max_images_per_request=config.agent.max_images_per_request,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-driver", daemon=True)
@@ -218,6 +216,14 @@ class ColocatedRollout:
             return
         rank, reason = min(router.dead.items())
         raise RolloutServiceError(f"rollout server rank {rank} died during {what}: {reason}") from cause
+
+
+def prompts_per_request(config: DiffusionRolloutConfig) -> int:
+    """`rollout.agent.prompts_per_request` for the agent loop: auto (0) is 1 on backends without prompt lists.
+
+    Only the `diffusers` backend serves multi-prompt requests; an explicit value is passed as set.
+    """
+    return config.agent.prompts_per_request or (0 if config.name == "diffusers" else 1)
 
 
 def request_overhead_metrics(client_s: Sequence[float], server_s: Sequence[float]) -> dict[str, float]:
