@@ -129,10 +129,8 @@ class ColocatedRollout:
             negative_prompts=negatives if any(n is not None for n in negatives) else None,
         )
         out = self._run(call, "generate", self.config.request_timeout_s)
-        first = sorted({r: i for i, r in reversed(list(enumerate(out.request_index)))}.values())  # one per request
-        first = first or list(range(len(out.latency_s)))
         self.last_request_metrics = request_overhead_metrics(
-            [out.latency_s[i] for i in first], [out.server_latency_s[i] for i in first]
+            per_request(out.latency_s, out.request_index), per_request(out.server_latency_s, out.request_index)
         )
         return out.trajectory
 
@@ -224,6 +222,16 @@ def prompts_per_request(config: DiffusionRolloutConfig) -> int:
     Only the `diffusers` backend serves multi-prompt requests; an explicit value is passed as set.
     """
     return config.agent.prompts_per_request or (0 if config.name == "diffusers" else 1)
+
+
+def per_request(values: Sequence[float], request_index: Sequence[int]) -> list[float]:
+    """One value per request from per-prompt `values` (the first prompt's); no `request_index`: `values` as given."""
+    if not request_index:
+        return list(values)
+    seen: dict[int, float] = {}
+    for value, request in zip(values, request_index, strict=True):
+        seen.setdefault(request, value)
+    return list(seen.values())
 
 
 def request_overhead_metrics(client_s: Sequence[float], server_s: Sequence[float]) -> dict[str, float]:
