@@ -68,7 +68,7 @@ def main() -> None:
         return torch.cat([o["trajectory"]["latents"] for o in out])
 
     async def group() -> torch.Tensor:
-        return (await client.generate(grouped))["trajectory"]["latents"]
+        return (await client.generate(grouped))["trajectory"].reshape(-1)["latents"]
 
     paths = {"perprompt": perprompt, "grouped": group}
     times: dict[str, list[float]] = {name: [] for name in paths}

@@ -269,7 +269,7 @@ def _count_calls(server, monkeypatch) -> list[int]:
 
 def _part(response, i: int):
     """Prompt `i`'s rows of a multi-prompt response, as a one-prompt request returns them."""
-    part = response.trajectory[i * N : (i + 1) * N].clone()
+    part = response.trajectory.reshape(-1)[i * N : (i + 1) * N].clone()
     part.set("prompt_index", part.get("prompt_index") - i)
     return part
 
@@ -289,12 +289,40 @@ def test_multi_prompt_rows_equal_one_prompt_requests(plain, monkeypatch, model):
     once, twice = run(server.generate(request)), run(server.generate(request))
     assert calls == [3, 3]  # one engine call each
     assert canonical(once.trajectory) == canonical(twice.trajectory)  # bit-equal: fixed by the request alone
-    assert once.seed == 7 and once.trajectory.batch_size == torch.Size([3 * N])
-    assert once.trajectory["prompt_index"].tolist() == [0, 0, 1, 1, 2, 2]
+    assert once.seed == 7 and once.trajectory.batch_size == torch.Size([3, N])
+    assert once.trajectory["prompt_index"].reshape(-1).tolist() == [0, 0, 1, 1, 2, 2]
     assert server.metrics_snapshot()["images_generated"] == 2 * 3 * N
     for i, prompt in enumerate(MULTI):  # row j seeded 7 + j: prompt i is the one-prompt request seeded 7 + i*n
         got = once.model_copy(update={"trajectory": _part(once, i)})
         _assert_same(got, _single(server, prompt, 7 + i * N, "blurry"))
+
+
+@pytest.mark.parametrize("model", ["sd3", "qwen_image"])
+def test_multi_prompt_conditioning_travels_once_per_prompt_over_http(plain, model):
+    """Batch `[k, n]`: each prompt's embeddings are one row expanded over its n rows, over HTTP too."""
+    from verl_core.rollout.client import RolloutClient
+
+    server = plain(model)
+    adapter = server._engine.pipeline.adapter
+    request = {"prompt": MULTI, "seed": 7, "negative_prompt": "blurry", "sampling_params": SAMPLING}
+    local = run(server.generate(request)).trajectory
+
+    async def over_http():
+        client = RolloutClient(server.address)
+        try:
+            return await client.generate(request)
+        finally:
+            await client.aclose()
+
+    remote = run(over_http())["trajectory"]
+    keys = [k for k in (*adapter.cond_keys, *adapter.negative_cond_keys) if k in local.keys()]  # noqa: SIM118
+    assert keys and remote.batch_size == local.batch_size == torch.Size([len(MULTI), N])
+    for key in keys:
+        for got in (local.get(key), remote.get(key)):
+            assert got.stride(1) == 0, key  # sent and held once per prompt
+            if key in adapter.cond_keys and key.endswith("embeds"):  # not the masks, nor the one negative text
+                assert not torch.equal(got[0, 0], got[1, 0]), key  # ... and per prompt, not once for all
+    assert canonical(remote) == canonical(local)
 
 
 def test_per_prompt_negative_prompts_split_the_call_where_they_change(plain, monkeypatch):
@@ -304,7 +332,7 @@ def test_per_prompt_negative_prompts_split_the_call_where_they_change(plain, mon
     out = run(server.generate({"prompt": MULTI, "seed": 3, "negative_prompt": negatives, "sampling_params": SAMPLING}))
     assert calls == [2, 1]  # the engine takes one negative prompt per call
     assert out.sampling_params["negative_prompt"] == negatives
-    assert out.trajectory["prompt_index"].tolist() == [0, 0, 1, 1, 2, 2]
+    assert out.trajectory["prompt_index"].reshape(-1).tolist() == [0, 0, 1, 1, 2, 2]
     for i, prompt in enumerate(MULTI):
         got = out.model_copy(update={"trajectory": _part(out, i)})
         _assert_same(got, _single(server, prompt, 3 + i * N, negatives[i]))

@@ -297,6 +297,8 @@ def _concat(
     out = DiffusionRolloutOutput(None, [], [], [], [], [], [])  # type: ignore[arg-type]
     for i, ((fields, rank, latency), start, count) in enumerate(zip(results, starts, counts, strict=True)):
         traj = fields["trajectory"]
+        if traj.batch_dims > 1:  # a prompt list answers `[k, n]` (per-prompt conditioning sent once): flatten it
+            traj = traj.reshape(-1)
         rows = traj.batch_size[0]
         if rows != count * n:
             raise AgentLoopError(

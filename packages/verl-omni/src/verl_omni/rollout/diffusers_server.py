@@ -180,7 +180,7 @@ class DiffusersHttpServer(RolloutHttpServer):
         adapter = engine.pipeline.adapter
         shared = (*adapter.cond_keys, *adapter.negative_cond_keys)
         return [
-            None if job.flag.is_set() else _to_host(part, shared if job.single else ())
+            None if job.flag.is_set() else _to_host(part, shared, 1 if job.single else len(job.prompts))
             for job, part in zip(jobs, parts, strict=True)
         ]
 
@@ -389,17 +389,21 @@ def _no_op() -> None:
     return None
 
 
-def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...]) -> TensorDict:
-    """The trajectory on the CPU, the conditioning `shared_keys` as one row expanded over the rows (stride 0).
+def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...], prompts: int) -> TensorDict:
+    """The trajectory on the CPU, each prompt's conditioning `shared_keys` as one row expanded over its rows.
 
-    Every row of a one-prompt request encodes the same prompt, so its embeddings travel (and sit in host memory)
-    once; a multi-prompt request passes no keys (its rows hold `k` different prompts).
+    Every row of one prompt encodes the same text, so its embeddings travel (and sit in host memory) once, as a
+    stride-0 view. A one-prompt request keeps batch `[n]`; a prompt list (`prompts` = k) gets batch `[k, n]`, whose
+    conditioning is `[k, 1, ...]` expanded over `n` (a flat `[k * n]` batch could not hold k rows expanded).
     """
+    if prompts > 1 or trajectory.batch_dims > 1:
+        trajectory = trajectory.reshape(prompts, -1)
+    rows = trajectory.batch_dims
     shared = [k for k in shared_keys if k in trajectory.keys()]  # noqa: SIM118 - TensorDict refuses `in`
     out = trajectory.exclude(*shared).to("cpu")
     for key in shared:
         value = trajectory.get(key)
-        out.set(key, value[:1].to("cpu", copy=True).expand(value.shape))
+        out.set(key, value[(slice(None),) * (rows - 1) + (slice(0, 1),)].to("cpu", copy=True).expand(value.shape))
     return out
 
 

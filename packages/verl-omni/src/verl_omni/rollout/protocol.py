@@ -5,9 +5,10 @@ one per prompt), a `seed`, and `sampling_params` that override `DiffusionSamplin
 defaults; the request makes `k * n` images, prompt-major, row `j` seeded `seed + j` (one prompt: `k = 1`).
 Response (binary, `verl_core.rollout.tensor_payload`): `finish_reason`, `weight_version`, the `seed` used, the
 resolved `sampling_params`, and the `trajectory` TensorDict in the layout of `verl_omni.pipelines.sample_with_logprob`
-(uint8 `images` included; null when the request was aborted). The conditioning entries (prompt embeddings and masks,
-negative ones under CFG) of a one-prompt request are the same for every row: they are one row expanded over the `n`
-rows (stride 0), and travel once.
+(uint8 `images` included; null when the request was aborted): batch `[n]` for a one-text `prompt`, `[k, n]` for a
+prompt list (flatten with `trajectory.reshape(-1)` for the prompt-major rows). The conditioning entries (prompt
+embeddings and masks, negative ones under CFG) are the same for every row of one prompt: they are one row per prompt
+expanded over its `n` rows (stride 0), and travel once per prompt.
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ class DiffusionGenerateResponse(GenerateResponse):
     Attributes:
         seed (`int`): base seed of the rows (row `r` used `seed + r`).
         sampling_params (`dict`): the resolved `DiffusionSamplingConfig` of the request (JSON).
-        trajectory (`TensorDict` of batch `[n]`, *optional*): the rows' trajectories (docs/omni/rollout.md lists the
-            keys); None when `finish_reason` is `"abort"`.
+        trajectory (`TensorDict` of batch `[n]`, or `[k, n]` for a prompt list, *optional*): the rows' trajectories
+            (docs/omni/rollout.md lists the keys); None when `finish_reason` is `"abort"`.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
