@@ -66,6 +66,7 @@ VARIANTS: dict[str, list[str]] = {
     "keep": ["actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false"],
     "awake": ["actor_rollout_ref.rollout.free_cache_engine=false"],
     "coalesce": ["actor_rollout_ref.rollout.engine_kwargs.diffusers.coalesce=true"],
+    "perprompt": ["actor_rollout_ref.rollout.agent.prompts_per_request=1"],  # the old one request per prompt
     "recompute": ["algorithm.rollout_correction.fuse_on_policy_old_log_prob=false"],
     "reuse": ["algorithm.rollout_correction.bypass_mode=true"],
 }  # fmt: skip

@@ -1,4 +1,4 @@
-"""Request coalescing in `DiffusersHttpServer`: concurrent requests run as one call, each row as if served alone."""
+"""`DiffusersHttpServer` batching: coalesced requests and multi-prompt requests, each row as if served alone."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import threading
 import pytest
 import torch
 
-from verl_core.rollout.errors import EngineError, EngineTimeoutError
-from verl_core.testing.server_contract import run
+from verl_core.rollout.errors import BadRequestError, EngineError, EngineTimeoutError
+from verl_core.testing.server_contract import canonical, run
 from verl_omni.config import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.rollout import DiffusersHttpServer
 from verl_omni.rollout.coalesce import coalescable
+from verl_omni.rollout.protocol import DiffusionGenerateRequest
+from verl_omni.rollout.vllm_omni.server import vLLMOmniHttpServer
 
 # CFG on (guidance_scale > 1) and a pinned SDE window (one possible start: no draw from the first row's generator)
 SAMPLING = {
@@ -231,3 +233,178 @@ def test_coalesce_options_are_checked(tiny_qwen_image_path, options, needle):
     config = DiffusionRolloutConfig(device="cpu", engine_kwargs={"diffusers": options})
     with pytest.raises(ValueError, match=needle):
         DiffusersHttpServer(config.with_model(str(tiny_qwen_image_path)))
+
+
+# ---- multi-prompt requests ----------------------------------------------------------------------
+
+MULTI = [r["prompt"] for r in REQUESTS] + ["an astronaut riding a horse"]
+N = SAMPLING["n"]
+
+
+@pytest.fixture
+def plain(tiny_pipeline_paths):
+    """Servers with coalescing off (the default): a multi-prompt request's rows depend on it alone."""
+    servers = []
+
+    def start(model: str = "qwen_image"):
+        servers.append(_server(tiny_pipeline_paths[model]))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        run(server.shutdown())
+
+
+def _count_calls(server, monkeypatch) -> list[int]:
+    """Record the prompt count of every engine call."""
+    calls, original = [], server._engine.generate
+
+    def generate(prompts, *args, **kwargs):
+        calls.append(len(prompts))
+        return original(prompts, *args, **kwargs)
+
+    monkeypatch.setattr(server._engine, "generate", generate)
+    return calls
+
+
+def _part(response, i: int):
+    """Prompt `i`'s rows of a multi-prompt response, as a one-prompt request returns them."""
+    part = response.trajectory.reshape(-1)[i * N : (i + 1) * N].clone()
+    part.set("prompt_index", part.get("prompt_index") - i)
+    return part
+
+
+def _single(server, prompt: str, seed: int, negative: str | None, sampling=SAMPLING):
+    request = {"prompt": prompt, "seed": seed, "sampling_params": sampling}
+    if negative is not None:
+        request["negative_prompt"] = negative
+    return run(server.generate(request))
+
+
+@pytest.mark.parametrize("model", ["sd3", "qwen_image"])
+def test_multi_prompt_rows_equal_one_prompt_requests(plain, monkeypatch, model):
+    server = plain(model)
+    calls = _count_calls(server, monkeypatch)
+    request = {"prompt": MULTI, "seed": 7, "negative_prompt": "blurry", "sampling_params": SAMPLING}
+    once, twice = run(server.generate(request)), run(server.generate(request))
+    assert calls == [3, 3]  # one engine call each
+    assert canonical(once.trajectory) == canonical(twice.trajectory)  # bit-equal: fixed by the request alone
+    assert once.seed == 7 and once.trajectory.batch_size == torch.Size([3, N])
+    assert once.trajectory["prompt_index"].reshape(-1).tolist() == [0, 0, 1, 1, 2, 2]
+    assert server.metrics_snapshot()["images_generated"] == 2 * 3 * N
+    for i, prompt in enumerate(MULTI):  # row j seeded 7 + j: prompt i is the one-prompt request seeded 7 + i*n
+        got = once.model_copy(update={"trajectory": _part(once, i)})
+        _assert_same(got, _single(server, prompt, 7 + i * N, "blurry"))
+
+
+@pytest.mark.parametrize("model", ["sd3", "qwen_image"])
+def test_multi_prompt_conditioning_travels_once_per_prompt_over_http(plain, model):
+    """Batch `[k, n]`: each prompt's embeddings are one row expanded over its n rows, over HTTP too."""
+    from verl_core.rollout.client import RolloutClient
+
+    server = plain(model)
+    adapter = server._engine.pipeline.adapter
+    request = {"prompt": MULTI, "seed": 7, "negative_prompt": "blurry", "sampling_params": SAMPLING}
+    local = run(server.generate(request)).trajectory
+
+    async def over_http():
+        client = RolloutClient(server.address)
+        try:
+            return await client.generate(request)
+        finally:
+            await client.aclose()
+
+    remote = run(over_http())["trajectory"]
+    keys = [k for k in (*adapter.cond_keys, *adapter.negative_cond_keys) if k in local.keys()]  # noqa: SIM118
+    assert keys and remote.batch_size == local.batch_size == torch.Size([len(MULTI), N])
+    for key in keys:
+        for got in (local.get(key), remote.get(key)):
+            assert got.stride(1) == 0, key  # sent and held once per prompt
+            if key in adapter.cond_keys and key.endswith("embeds"):  # not the masks, nor the one negative text
+                assert not torch.equal(got[0, 0], got[1, 0]), key  # ... and per prompt, not once for all
+    assert canonical(remote) == canonical(local)
+
+
+def test_per_prompt_negative_prompts_split_the_call_where_they_change(plain, monkeypatch):
+    server = plain()
+    calls = _count_calls(server, monkeypatch)
+    negatives = ["blurry", "blurry", None]
+    out = run(server.generate({"prompt": MULTI, "seed": 3, "negative_prompt": negatives, "sampling_params": SAMPLING}))
+    assert calls == [2, 1]  # the engine takes one negative prompt per call
+    assert out.sampling_params["negative_prompt"] == negatives
+    assert out.trajectory["prompt_index"].reshape(-1).tolist() == [0, 0, 1, 1, 2, 2]
+    for i, prompt in enumerate(MULTI):
+        got = out.model_copy(update={"trajectory": _part(out, i)})
+        _assert_same(got, _single(server, prompt, 3 + i * N, negatives[i]))
+
+
+def test_a_window_drawn_per_call_gives_each_prompt_its_own_call(plain, monkeypatch):
+    server = plain()
+    calls = _count_calls(server, monkeypatch)
+    drawn = {**SAMPLING, "sde_window_range": [0, 3]}  # two possible starts: drawn from the call's first generator
+    out = run(server.generate({"prompt": MULTI, "seed": 11, "sampling_params": drawn}))
+    assert calls == [1, 1, 1]
+    for i, prompt in enumerate(MULTI):  # each call is the one-prompt request's call: bit-equal
+        single = _single(server, prompt, 11 + i * N, None, drawn)
+        assert canonical(_part(out, i)) == canonical(single.trajectory)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"prompt": []}, "prompt"),
+        ({"prompt": ["a cat", ""]}, "prompt"),
+        ({"prompt": "a cat", "negative_prompt": ["blurry"]}, "negative_prompt"),
+        ({"prompt": ["a cat", "a dog"], "negative_prompt": ["blurry"]}, "negative_prompt"),
+        ({"prompt": ["a cat", 3]}, "prompt"),
+    ],
+)
+def test_bad_prompt_combinations_are_refused_naming_the_field(plain, fields, field):
+    server = plain()
+    with pytest.raises(BadRequestError) as info:
+        run(server.generate({**fields, "seed": 0, "sampling_params": SAMPLING}))
+    assert info.value.status_code == 422 and info.value.field.split(".")[0] == field
+    assert field in str(info.value)
+
+
+def test_a_multi_prompt_request_is_never_coalesced(launch):
+    server = launch(coalesce=True)
+    multi = {"prompt": MULTI[:2], "seed": 7, "negative_prompt": "blurry", "sampling_params": SAMPLING}
+    together = _concurrently(server, [REQUESTS[0], multi, REQUESTS[1]])  # same sampling, negative prompt and n
+    metrics = server.metrics_snapshot()
+    assert metrics["coalesced_calls"] == 1 and metrics["coalesced_requests"] == 2  # the two one-prompt requests
+    assert canonical(together[1].trajectory) == canonical(run(server.generate(multi)).trajectory)
+
+
+def test_abort_and_timeout_stop_a_multi_prompt_request(plain, monkeypatch):
+    server = plain()
+    images = server.metrics_snapshot()["images_generated"]
+    started, go = _pause_mid_batch(server, monkeypatch)
+    multi = {"prompt": MULTI, "seed": 7, "sampling_params": SAMPLING, "request_id": "m"}
+
+    async def abort_mid_call() -> None:
+        assert await asyncio.to_thread(started.wait, 60)
+        assert await server.abort(["m"]) == ["m"]
+        go.set()
+
+    (aborted,) = _concurrently(server, [multi], during=abort_mid_call)
+    assert aborted.finish_reason == "abort" and aborted.trajectory is None
+    assert server.metrics_snapshot()["images_generated"] == images
+    started.clear()
+    go.clear()
+
+    async def hold_past_the_timeout() -> None:
+        assert await asyncio.to_thread(started.wait, 60)
+        await asyncio.sleep(1.0)
+        go.set()
+
+    (timed_out,) = _concurrently(server, [{**multi, "timeout_s": 0.6}], during=hold_past_the_timeout)
+    assert isinstance(timed_out, EngineTimeoutError)
+
+
+def test_vllm_omni_refuses_a_prompt_list_naming_the_field():
+    server = object.__new__(vLLMOmniHttpServer)  # the check runs before the engine is touched
+    request = DiffusionGenerateRequest(prompt=["a cat", "a dog"], seed=0)
+    with pytest.raises(BadRequestError, match="vllm_omni backend serves one prompt per request") as info:
+        run(server._engine_generate("r", request, None))
+    assert info.value.field == "prompt" and info.value.status_code == 422

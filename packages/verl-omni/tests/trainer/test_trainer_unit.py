@@ -120,3 +120,26 @@ def test_request_overhead_is_the_round_trip_minus_the_server_latency():
     assert got["timing_share/gen_request_overhead"] == pytest.approx(0.6 / 3.0)
     assert request_overhead_metrics([1.0], [float("nan")]) == {}  # a backend that does not report its latency
     assert request_overhead_metrics([1.0, 2.0], [0.5]) == {}
+
+
+def test_auto_grouping_sends_one_prompt_a_request_on_backends_without_prompt_lists():
+    from verl_omni.config import DiffusionRolloutConfig
+    from verl_omni.trainer.rollout import prompts_per_request
+
+    def grouping(name: str, value: int) -> int:
+        return prompts_per_request(DiffusionRolloutConfig(name=name, agent={"prompts_per_request": value}))
+
+    assert grouping("diffusers", 0) == 0  # auto: the agent loop splits the prompts over the servers
+    assert grouping("vllm_omni", 0) == 1  # its server refuses a prompt list
+    assert grouping("vllm_omni", 2) == 2 and grouping("diffusers", 1) == 1  # a set value is passed as set
+
+
+def test_request_overhead_counts_each_request_once():
+    from verl_omni.trainer.rollout import per_request, request_overhead_metrics
+
+    # three prompts in two requests (2 + 1): the 2-prompt request's times are listed twice, counted once
+    client = per_request([1.0, 1.0, 3.0], [0, 0, 1])
+    server = per_request([0.5, 0.5, 2.0], [0, 0, 1])
+    assert client == [1.0, 3.0] and server == [0.5, 2.0]
+    assert request_overhead_metrics(client, server)["timing_s/gen_request_overhead"] == 0.75
+    assert per_request([1.0, 2.0], []) == [1.0, 2.0]  # a loop that does not say: per prompt

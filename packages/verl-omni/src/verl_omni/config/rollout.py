@@ -150,9 +150,23 @@ class DiffusionValKwargsConfig(BaseConfig):
 
 @dataclasses.dataclass
 class DiffusionAgentLoopConfig(BaseConfig):
-    """`rollout.agent.*`: the agent loop that turns prompts into requests (`verl_omni.rollout.agent_loop`)."""
+    """`rollout.agent.*`: the agent loop that turns prompts into requests (`verl_omni.rollout.agent_loop`).
+
+    Args:
+        default_agent_loop (`str`): the registered agent loop the trainer uses.
+        prompts_per_request (`int`): prompts per generate request; 0 = auto (`ceil(prompts / servers)`), 1 = one
+            request per prompt (always 1 on backends other than `diffusers`, unless set).
+        max_images_per_request (`int`): caps a request at `max_images_per_request // n` prompts (at least one).
+    """
 
     default_agent_loop: str = "diffusion_single_turn_agent"
+    prompts_per_request: int = 0
+    max_images_per_request: int = 32
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require("prompts_per_request", self.prompts_per_request >= 0, "an int >= 0 (0 = auto)")
+        self._require("max_images_per_request", self.max_images_per_request >= 1, "an int >= 1")
 
 
 @dataclasses.dataclass

@@ -8,6 +8,9 @@ window drawn from the call's first generator: so requests coalesce only when the
 needs no draw (`coalescable`). The floats are not bit-identical to a solo run (a larger batch rounds its matrix
 products differently: about 1e-6 in float32), so a request's result depends on what shared its call; that is why
 coalescing is opt-in.
+
+A multi-prompt request (`k` prompts) is one job of `k * n` rows that is never coalesced with others: its rows
+are fixed by the request alone. It runs as the engine calls `segments` lists (one call in the common case).
 """
 
 from __future__ import annotations
@@ -22,18 +25,32 @@ from tensordict import TensorDict
 
 from verl_omni.pipelines import DiffusionSamplingConfig
 
-__all__ = ["Coalescer", "Job", "coalescable", "split_rows"]
+__all__ = ["Coalescer", "Job", "coalescable", "segments", "split_rows"]
 
 
 @dataclass(eq=False)
 class Job:
-    """One waiting request: its prompt, sampling (negative prompt included), seed and abort flag."""
+    """One waiting request: its prompts, sampling (first prompt's negative prompt included), seed and abort flag.
 
-    prompt: str
+    `negatives` holds one negative prompt per prompt (None: `sampling.negative_prompt` for every prompt).
+    """
+
+    prompts: list[str]
     sampling: DiffusionSamplingConfig
     seed: int
     flag: threading.Event
     future: asyncio.Future = field(repr=False)
+    negatives: list[str | None] | None = None
+
+    @property
+    def images(self) -> int:
+        """Rows the job makes: `len(prompts) * n`."""
+        return len(self.prompts) * self.sampling.n
+
+    @property
+    def single(self) -> bool:
+        """A one-prompt request: the only kind that is coalesced."""
+        return len(self.prompts) == 1
 
     @property
     def key(self) -> DiffusionSamplingConfig:
@@ -51,6 +68,26 @@ def coalescable(sampling: DiffusionSamplingConfig) -> bool:
         return True
     rng = sampling.sde_window_range
     return rng is not None and rng[1] - rng[0] == sampling.sde_window_size
+
+
+def segments(job: Job) -> list[tuple[int, int, str | None]]:
+    """The engine calls of one job as `(first prompt, end prompt, negative prompt)`, in prompt order.
+
+    Consecutive prompts with one negative prompt share a call (the engine takes one per call); when the SDE window
+    is drawn once per call (not `coalescable`), every prompt gets its own call, so each prompt's window comes from
+    its own first generator (`seed + i * n`), as for a one-prompt request. Depends on the request alone.
+    """
+    negatives = job.negatives or [job.sampling.negative_prompt] * len(job.prompts)
+    if len(negatives) != len(job.prompts):
+        raise ValueError(f"job: {len(negatives)} negative prompts for {len(job.prompts)} prompts")
+    per_prompt = not coalescable(job.sampling)
+    out: list[tuple[int, int, str | None]] = []
+    for i, negative in enumerate(negatives):
+        if out and not per_prompt and out[-1][2] == negative:
+            out[-1] = (out[-1][0], i + 1, negative)
+        else:
+            out.append((i, i + 1, negative))
+    return out
 
 
 def split_rows(trajectory: TensorDict, count: int, n: int) -> list[TensorDict]:
@@ -74,7 +111,8 @@ class Coalescer:
 
     When the engine is free (`engine_idle` returned) and `gather_s` more has passed, so that requests sent
     together have all arrived, the worker takes the oldest job and every other queued job with the same `key`
-    (oldest first) while the batch stays within `max_images` (a job larger than the cap still runs, alone). Jobs
+    (oldest first) while the batch stays within `max_images` (a job larger than the cap still runs, alone);
+    multi-prompt jobs always run alone. Jobs
     whose flag is set before their batch starts get `None` (aborted) without running. `run_batch(jobs)` returns one
     result per job (a trajectory or `None` for an aborted one); an exception fails every job of the batch.
 
@@ -119,11 +157,11 @@ class Coalescer:
 
     def _take(self) -> list[Job]:
         first = self._queue.pop(0)
-        batch, images = [first], first.sampling.n
-        if self.enabled and coalescable(first.sampling):
+        batch, images = [first], first.images
+        if self.enabled and first.single and coalescable(first.sampling):
             key = first.key
             for job in list(self._queue):
-                if job.key == key:
+                if job.single and job.key == key:
                     if images + job.sampling.n > self.max_images:
                         break  # equal keys, equal n: no later one fits either
                     self._queue.remove(job)

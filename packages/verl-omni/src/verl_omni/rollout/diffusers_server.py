@@ -20,7 +20,7 @@ from verl_core.rollout.server import RolloutHttpServer
 from verl_core.rollout.weights import TensorSpec, WeightKind, WeightUpdate, check_manifest
 from verl_omni.config.rollout import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig, GenerationAborted, make_generators
-from verl_omni.rollout.coalesce import Coalescer, Job, split_rows
+from verl_omni.rollout.coalesce import Coalescer, Job, segments, split_rows
 from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine, canonical_weight_name
 from verl_omni.rollout.protocol import (
     DiffusionGenerateRequest,
@@ -36,7 +36,8 @@ _DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bf
 class DiffusersHttpServer(RolloutHttpServer):
     """Serve FlowGRPO trajectories from a diffusers pipeline folder, in-process (CPU or one GPU).
 
-    One request is one prompt with `n` images (rows seeded `seed + r`); the answer carries the trajectory
+    A request is `k` prompts (usually one) with `n` images each (row `j` seeded `seed + j`), served as one
+    pipeline call (`coalesce.segments` says when it takes more); the answer carries the trajectory
     TensorDict, sent as binary tensors over HTTP (`verl_omni.rollout.protocol`). Requests run on the engine thread,
     one at a time; with `engine_kwargs.diffusers.coalesce=true` those waiting for it with equal sampling parameters
     (seed aside) are coalesced into one pipeline call of at most `coalesce_max_images` images (default 32), each
@@ -131,15 +132,20 @@ class DiffusersHttpServer(RolloutHttpServer):
         self, request_id: str, request: DiffusionGenerateRequest, params: DiffusionSamplingConfig
     ) -> dict[str, Any]:
         seed = request.seed if request.seed is not None else self._seeds.randrange(2**62)
-        sampling = params if request.negative_prompt is None else params.evolve(negative_prompt=request.negative_prompt)
+        negatives = [params.negative_prompt if neg is None else neg for neg in request.negative_prompts]
+        sampling = params.evolve(negative_prompt=negatives[0])
         flag = threading.Event()
         self._abort_flags[request_id] = flag
-        job = Job(request.prompt, sampling, seed, flag, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        job = Job(request.prompts, sampling, seed, flag, loop.create_future(), negatives=negatives)
         try:
             trajectory = await self._coalescer.submit(job)  # sets the flag when cancelled (a timed-out request)
         finally:
             self._abort_flags.pop(request_id, None)
-        fields = {"seed": seed, "sampling_params": {**sampling.to_dict(), "seed": seed}}
+        resolved = {**sampling.to_dict(), "seed": seed}
+        if isinstance(request.prompt, list):
+            resolved["negative_prompt"] = negatives
+        fields = {"seed": seed, "sampling_params": resolved}
         if trajectory is None:
             return {"finish_reason": "abort", **fields}
         return {"finish_reason": "stop", "trajectory": trajectory, **fields}
@@ -148,27 +154,50 @@ class DiffusersHttpServer(RolloutHttpServer):
         return await self._run_blocking(self._generate_blocking, jobs)
 
     def _generate_blocking(self, jobs: list[Job]) -> list[TensorDict | None]:
-        """Run `jobs` (equal sampling but seed) as one engine call; a job whose flag is set gets None (abort).
+        """Run `jobs` (one job, or one-prompt jobs of equal sampling but seed) on the engine; aborted jobs get None.
 
-        The call stops early only when every job's flag is set; row `r` of job `j` uses generator `seed_j + r`.
+        Several jobs share one engine call, which stops early only when every job's flag is set; row `r` of job
+        `j` uses generator `seed_j + r`. One job runs as its `segments` (one call for the usual multi-prompt
+        request), its row `r` using generator `seed + r`.
         """
         engine = self._require_engine("generate")
         sampling, n = jobs[0].sampling, jobs[0].sampling.n
-        generators = [g for job in jobs for g in make_generators(job.seed, n, engine.device)]
         try:
-            trajectory = engine.generate(
-                [job.prompt for job in jobs],
-                sampling,
-                generators,
-                should_abort=lambda: all(job.flag.is_set() for job in jobs),
-            )
+            if len(jobs) == 1:
+                parts = [self._generate_job(engine, jobs[0])]
+            else:
+                generators = [g for job in jobs for g in make_generators(job.seed, n, engine.device)]
+                trajectory = engine.generate(
+                    [job.prompts[0] for job in jobs],
+                    sampling,
+                    generators,
+                    should_abort=lambda: all(job.flag.is_set() for job in jobs),
+                )
+                parts = split_rows(trajectory, len(jobs), n)
         except GenerationAborted:
             return [None] * len(jobs)
-        self._images += n * len(jobs)
+        self._images += sum(job.images for job in jobs)
         adapter = engine.pipeline.adapter
         shared = (*adapter.cond_keys, *adapter.negative_cond_keys)
-        parts = split_rows(trajectory, len(jobs), n) if len(jobs) > 1 else [trajectory]
-        return [None if job.flag.is_set() else _to_host(part, shared) for job, part in zip(jobs, parts, strict=True)]
+        return [
+            None if job.flag.is_set() else _to_host(part, shared, 1 if job.single else len(job.prompts))
+            for job, part in zip(jobs, parts, strict=True)
+        ]
+
+    def _generate_job(self, engine: DiffusersRolloutEngine, job: Job) -> TensorDict:
+        """One request's `len(prompts) * n` rows, prompt-major: one engine call per segment, concatenated."""
+        n = job.sampling.n
+        generators = make_generators(job.seed, job.images, engine.device)
+        parts = []
+        for start, stop, negative in segments(job):
+            sampling = job.sampling.evolve(negative_prompt=negative)
+            part = engine.generate(
+                job.prompts[start:stop], sampling, generators[start * n : stop * n], should_abort=job.flag.is_set
+            )
+            if start:
+                part.set("prompt_index", part.get("prompt_index") + start)
+            parts.append(part)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
 
     async def _engine_abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -360,16 +389,21 @@ def _no_op() -> None:
     return None
 
 
-def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...]) -> TensorDict:
-    """The trajectory on the CPU, its per-prompt conditioning as one row expanded over the rows (stride 0).
+def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...], prompts: int) -> TensorDict:
+    """The trajectory on the CPU, each prompt's conditioning `shared_keys` as one row expanded over its rows.
 
-    Every row of one request encodes the same prompt, so its embeddings travel (and sit in host memory) once.
+    Every row of one prompt encodes the same text, so its embeddings travel (and sit in host memory) once, as a
+    stride-0 view. A one-prompt request keeps batch `[n]`; a prompt list (`prompts` = k) gets batch `[k, n]`, whose
+    conditioning is `[k, 1, ...]` expanded over `n` (a flat `[k * n]` batch could not hold k rows expanded).
     """
+    if prompts > 1 or trajectory.batch_dims > 1:
+        trajectory = trajectory.reshape(prompts, -1)
+    rows = trajectory.batch_dims
     shared = [k for k in shared_keys if k in trajectory.keys()]  # noqa: SIM118 - TensorDict refuses `in`
     out = trajectory.exclude(*shared).to("cpu")
     for key in shared:
         value = trajectory.get(key)
-        out.set(key, value[:1].to("cpu", copy=True).expand(value.shape))
+        out.set(key, value[(slice(None),) * (rows - 1) + (slice(0, 1),)].to("cpu", copy=True).expand(value.shape))
     return out
 
 

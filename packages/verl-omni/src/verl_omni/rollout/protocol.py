@@ -1,12 +1,14 @@
 """The diffusion generate contract shared by every diffusion rollout backend (diffusers, vLLM-Omni).
 
-Request (JSON): one text `prompt`, an optional `negative_prompt`, a `seed`, and `sampling_params` that override
-`DiffusionSamplingConfig` fields of the server's defaults; the request makes `n` images, row `r` seeded
-`seed + r`. Response (binary, `verl_core.rollout.tensor_payload`): `finish_reason`, `weight_version`, the `seed`
-used, the resolved `sampling_params`, and the `trajectory` TensorDict in the layout of
-`verl_omni.pipelines.sample_with_logprob` (uint8 `images` included; null when the request was aborted). The
-conditioning entries (prompt embeddings and masks, negative ones under CFG) are the same for every row of a request:
-they are one row expanded over the `n` rows (stride 0), and travel once.
+Request (JSON): a text `prompt` (or a list of `k` prompts), an optional `negative_prompt` (one for all, or a list of
+one per prompt), a `seed`, and `sampling_params` that override `DiffusionSamplingConfig` fields of the server's
+defaults; the request makes `k * n` images, prompt-major, row `j` seeded `seed + j` (one prompt: `k = 1`).
+Response (binary, `verl_core.rollout.tensor_payload`): `finish_reason`, `weight_version`, the `seed` used, the
+resolved `sampling_params`, and the `trajectory` TensorDict in the layout of `verl_omni.pipelines.sample_with_logprob`
+(uint8 `images` included; null when the request was aborted): batch `[n]` for a one-text `prompt`, `[k, n]` for a
+prompt list (flatten with `trajectory.reshape(-1)` for the prompt-major rows). The conditioning entries (prompt
+embeddings and masks, negative ones under CFG) are the same for every row of one prompt: they are one row per prompt
+expanded over its `n` rows (stride 0), and travel once per prompt.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import dataclasses
 import difflib
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from tensordict import TensorDict
 
 from verl_core.config.errors import ConfigError
@@ -35,7 +37,12 @@ REQUEST_KEYS = {"seed": "seed", "negative_prompt": "negative_prompt"}
 
 
 class DiffusionGenerateRequest(GenerateRequest):
-    """One prompt, `n` images (the GRPO group): text `prompt`, optional `negative_prompt`, `seed`, `sampling_params`.
+    """`k` prompts x `n` images (GRPO groups): text `prompt` (or a list), optional `negative_prompt`, `seed`, params.
+
+    `prompt` is one text or a non-empty list of texts; `negative_prompt` is one text for every prompt or, with a
+    prompt list, a list of the same length (None entries = the model's default). Rows are prompt-major: row `j`
+    belongs to prompt `j // n` and is seeded `seed + j`, the generators the `k` one-prompt requests seeded
+    `seed + i * n` would use.
 
     `sampling_params` keys are `DiffusionSamplingConfig` fields (`n`, `num_inference_steps`, `height`, `width`,
     `noise_level`, `sde_type`, `cps_logprob`, `sde_window_size`, `sde_window_range`, `sde_window_per_row`,
@@ -43,7 +50,38 @@ class DiffusionGenerateRequest(GenerateRequest):
     seeded `seed + r`; without a seed the server draws one and reports it.
     """
 
-    negative_prompt: str | None = None
+    prompt: str | list[str] | None = None
+    negative_prompt: str | list[str | None] | None = None
+
+    @property
+    def prompts(self) -> list[str]:
+        """The request's prompts as a list (one prompt: a list of one)."""
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt or [])
+
+    @property
+    def negative_prompts(self) -> list[str | None]:
+        """One negative prompt (or None) per prompt."""
+        if isinstance(self.negative_prompt, list):
+            return list(self.negative_prompt)
+        return [self.negative_prompt] * len(self.prompts)
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_list(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value == "" or (isinstance(value, list) and (not value or not all(value))):
+            raise ValueError("give a non-empty text or a non-empty list of non-empty texts")
+        return value
+
+    @field_validator("negative_prompt")
+    @classmethod
+    def _negative_list(cls, value: str | list[str | None] | None, info: ValidationInfo) -> Any:
+        if isinstance(value, list):
+            prompt = info.data.get("prompt")
+            if not isinstance(prompt, list):
+                raise ValueError("a list needs a list `prompt` (one negative prompt per prompt)")
+            if len(value) != len(prompt):
+                raise ValueError(f"{len(value)} negative prompts for {len(prompt)} prompts")
+        return value
 
     @field_validator("prompt_ids")
     @classmethod
@@ -59,8 +97,8 @@ class DiffusionGenerateResponse(GenerateResponse):
     Attributes:
         seed (`int`): base seed of the rows (row `r` used `seed + r`).
         sampling_params (`dict`): the resolved `DiffusionSamplingConfig` of the request (JSON).
-        trajectory (`TensorDict` of batch `[n]`, *optional*): the rows' trajectories (docs/omni/rollout.md lists the
-            keys); None when `finish_reason` is `"abort"`.
+        trajectory (`TensorDict` of batch `[n]`, or `[k, n]` for a prompt list, *optional*): the rows' trajectories
+            (docs/omni/rollout.md lists the keys); None when `finish_reason` is `"abort"`.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

@@ -90,7 +90,10 @@ class ColocatedRollout:
             file_handoff=True,  # servers at a loopback address (one host) answer through /dev/shm, others HTTP
         )
         self.agent_loop = get_agent_loop(config.agent.default_agent_loop)(
-            self.replica, timeout_s=config.request_timeout_s
+            self.replica,
+            timeout_s=config.request_timeout_s,
+            prompts_per_request=prompts_per_request(config),
+            max_images_per_request=config.agent.max_images_per_request,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-driver", daemon=True)
@@ -111,7 +114,9 @@ class ColocatedRollout:
     # ---- the calls the trainer makes ----------------------------------------------------------------
 
     def generate(self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int) -> TensorDict:
-        """One request per record (its rows seeded `seed + i*n + r`) through the agent loop, spread over the servers.
+        """The records through the agent loop (`rollout.agent.prompts_per_request` a request), over the servers.
+
+        Record `i`'s rows are seeded `seed + i*n + r` whatever the grouping.
 
         Returns:
             The trajectories, prompt-major, with `prompt_index`, `seed`, `weight_version` and `server_rank` per row.
@@ -124,7 +129,9 @@ class ColocatedRollout:
             negative_prompts=negatives if any(n is not None for n in negatives) else None,
         )
         out = self._run(call, "generate", self.config.request_timeout_s)
-        self.last_request_metrics = request_overhead_metrics(out.latency_s, out.server_latency_s)
+        self.last_request_metrics = request_overhead_metrics(
+            per_request(out.latency_s, out.request_index), per_request(out.server_latency_s, out.request_index)
+        )
         return out.trajectory
 
     def sleep(self) -> None:
@@ -207,6 +214,24 @@ class ColocatedRollout:
             return
         rank, reason = min(router.dead.items())
         raise RolloutServiceError(f"rollout server rank {rank} died during {what}: {reason}") from cause
+
+
+def prompts_per_request(config: DiffusionRolloutConfig) -> int:
+    """`rollout.agent.prompts_per_request` for the agent loop: auto (0) is 1 on backends without prompt lists.
+
+    Only the `diffusers` backend serves multi-prompt requests; an explicit value is passed as set.
+    """
+    return config.agent.prompts_per_request or (0 if config.name == "diffusers" else 1)
+
+
+def per_request(values: Sequence[float], request_index: Sequence[int]) -> list[float]:
+    """One value per request from per-prompt `values` (the first prompt's); no `request_index`: `values` as given."""
+    if not request_index:
+        return list(values)
+    seen: dict[int, float] = {}
+    for value, request in zip(values, request_index, strict=True):
+        seen.setdefault(request, value)
+    return list(seen.values())
 
 
 def request_overhead_metrics(client_s: Sequence[float], server_s: Sequence[float]) -> dict[str, float]:

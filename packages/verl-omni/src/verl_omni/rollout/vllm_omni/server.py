@@ -157,6 +157,12 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
     async def _engine_generate(self, request_id: str, request: GenerateRequest, params: Any) -> dict[str, Any]:
         from tensordict import TensorDict
 
+        if isinstance(request.prompt, list):
+            raise BadRequestError(
+                f"prompt: the vllm_omni backend serves one prompt per request, got a list of {len(request.prompt)}; "
+                "send one request per prompt (rollout.agent.prompts_per_request=1)",
+                field="prompt",
+            )
         seed = request.seed if request.seed is not None else random.randrange(2**31)
         negative = getattr(request, "negative_prompt", None)
         config = dataclasses.replace(params, seed=seed, **({"negative_prompt": negative} if negative else {}))
