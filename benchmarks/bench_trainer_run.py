@@ -67,6 +67,7 @@ VARIANTS: dict[str, list[str]] = {
     "awake": ["actor_rollout_ref.rollout.free_cache_engine=false"],
     "coalesce": ["actor_rollout_ref.rollout.engine_kwargs.diffusers.coalesce=true"],
     "perprompt": ["actor_rollout_ref.rollout.agent.prompts_per_request=1"],  # the old one request per prompt
+    "http": ["actor_rollout_ref.rollout.update_weights_transport=http"],  # weights over HTTP, not the shm segment
     "recompute": ["algorithm.rollout_correction.fuse_on_policy_old_log_prob=false"],
     "reuse": ["algorithm.rollout_correction.bypass_mode=true"],
 }  # fmt: skip

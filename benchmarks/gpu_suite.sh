@@ -10,8 +10,10 @@
 #   rollout: bench_diffusion_server.py (trajectory transfer vs generate, mid Qwen-Image, bf16, 512², n=16)
 #   export:  bench_weight_export.py (LoRA r64 of workload B's width, 56.6 M params, and the full model)
 #   trainer: bench_trainer_workload.py (workload A: flow_grpo-style SD3 loop vs the project's pieces, LoRA + KL)
-#   trainer-run: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout): workload A default and
-#            compiled blocks (+ the flow_grpo-style baseline after), then workload B compiled; 2 warm-up + 3 steps
+#   trainer-run: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout): workload A with compiled
+#            blocks, the same with one request per prompt and weights over HTTP (the defaults before the grouped
+#            requests and the shm weight segment), and awake (+ the flow_grpo-style baseline after), then workload B
+#            compiled and compiled+awake; 2 warm-up + 3 steps
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -47,9 +49,9 @@ for phase in "$@"; do
                --device cuda --variants "${TRAINER_VARIANTS:-fused,fused+compile+keep,recompute+compile+keep,reuse+compile+keep}" \
                --out "$out" ;;
     trainer-run) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-a timeout 600 python3 benchmarks/bench_trainer_run.py \
-                   --device cuda --preset a --variants default,compile+coalesce,compile+coalesce+awake --warmup 2 --steps 3 --out "$out"
+                   --device cuda --preset a --variants compile,compile+perprompt+http,compile+awake --warmup 2 --steps 3 --out "$out"
                  CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 600 python3 benchmarks/bench_trainer_run.py \
-                   --device cuda --preset b --variants compile+coalesce --warmup 2 --steps 3 --out "$out" ;;
+                   --device cuda --preset b --variants compile,compile+awake --warmup 2 --steps 3 --out "$out" ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
     lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \
