@@ -80,6 +80,7 @@ class DiffusersRolloutEngine:
         self.sampling = sampling or DiffusionSamplingConfig()
         self.weight_version = 0
         self.merge_lora = merge_lora
+        self._forget_lora_layout()
         # sleep's pinned host copies, reused across sleeps (None: `.to()`, on a CPU device or after pinning failed)
         self._host: HostOffload | None = HostOffload(pin=True) if self.device.type == "cuda" else None
 
@@ -148,7 +149,8 @@ class DiffusersRolloutEngine:
             param = params[_strip(name)]
             if tuple(param.shape) != tuple(tensor.shape):
                 raise ValueError(f"weights[{name!r}]: shape {tuple(tensor.shape)} != parameter {tuple(param.shape)}")
-        owners = {id(t): layer for t, layer in lora_merge.pristine_tensors(self.transformer).values()}
+        full = lora_config is None  # a LoRA tensor never belongs to a merged layer's base weights
+        owners = {id(t): layer for t, layer in lora_merge.pristine_tensors(self.transformer).values()} if full else {}
         touched = {}
         for name, tensor in items:
             param = params[_strip(name)]
@@ -169,7 +171,9 @@ class DiffusersRolloutEngine:
         (slices of large tensors). A no-op when `merge_lora` is off or no adapter is loaded.
         """
         if self.merge_lora and self.lora_adapters:
-            lora_merge.merge(self.transformer)
+            if self._wrapped is None:
+                self._wrapped = list(lora_merge.wrapped_layers(self.transformer).values())
+            lora_merge.merge(self.transformer, self._wrapped)
 
     def weight_table(self, *, lora: bool, adapter_name: str = "default") -> dict[str, torch.Tensor]:
         """The tensors `update_weights` writes into, by canonical name (LoRA names without the adapter name).
@@ -198,6 +202,7 @@ class DiffusersRolloutEngine:
     def remove_lora(self, adapter_name: str = "default") -> None:
         """Remove the LoRA adapter `adapter_name` (the pristine base weights are served again, bit-exact)."""
         if adapter_name in self.lora_adapters:
+            self._forget_lora_layout()
             lora_merge.restore(self.transformer)
             self.transformer.delete_adapters(adapter_name)
             self.remerge_lora()  # adapters left under other names
@@ -214,6 +219,7 @@ class DiffusersRolloutEngine:
             f"lora_config.target_modules: {cfg.target_modules!r} wraps no module of the transformer; "
             f"module names look like {names}"
         )
+        self._forget_lora_layout()
         try:
             transformer.add_adapter(cfg, adapter_name=adapter_name)
         except ValueError as e:
@@ -227,13 +233,20 @@ class DiffusersRolloutEngine:
         if self.merge_lora:
             lora_merge.keep_adapter_fp32(transformer, adapter_name)
 
+    def _forget_lora_layout(self) -> None:
+        """Drop the cached LoRA layer list and parameter index (the adapters are about to change)."""
+        self._wrapped: list[torch.nn.Module] | None = None
+        self._lora_index: dict[str, dict[str, torch.Tensor]] = {}
+
     def _param_index(self, adapter_name: str, *, lora: bool) -> dict[str, torch.Tensor]:
         """Name -> tensor to load into: the adapter's LoRA weights (adapter name removed), or the full state."""
-        if lora:
-            tag = f".{adapter_name}."
-            return {
-                n.replace(tag, "."): p for n, p in self.transformer.named_parameters() if ".lora_" in n and tag in n
-            }
+        if lora:  # cached until an adapter is added or removed (the Parameter objects outlive sleep and wake)
+            if adapter_name not in self._lora_index:
+                tag = f".{adapter_name}."
+                named = self.transformer.named_parameters()
+                index = {n.replace(tag, "."): p for n, p in named if ".lora_" in n and tag in n}
+                self._lora_index[adapter_name] = index
+            return dict(self._lora_index[adapter_name])
         # persistent buffers (e.g. SD3's pos_embed) are part of a full state dict; peft-wrapped base weights are
         # also reachable by their plain name (`to_q.weight` for `to_q.base_layer.weight`)
         pristine = lora_merge.pristine_tensors(self.transformer)  # merged layers: hand out W0, not W0 + delta

@@ -7,6 +7,10 @@ hundreds of weight syncs. So the first merge of a layer copies its base paramete
 non-persistent buffers of the peft layer, so they move with the module on `.to()` and stay out of its state
 dict), and every later merge starts from a copy of them. `keep_adapter_fp32` keeps the adapter weights in
 float32, so peft computes the delta in float32 and the in-place add into a bf16 base rounds once.
+
+For a plain `lora.Linear` layer `merge` does peft's arithmetic itself (`W = W0 + (B @ A) * scaling`, the same
+kernels in the same order, so the same bits) without peft's per-call bookkeeping and without a separate reset copy;
+other layers (DoRA, `lora_bias`, `fan_in_fan_out`, embeddings, convolutions) go through peft's `merge()`.
 """
 
 from __future__ import annotations
@@ -49,13 +53,49 @@ def merge(transformer: torch.nn.Module, layers: list[torch.nn.Module] | None = N
     layers = list(wrapped_layers(transformer).values()) if layers is None else layers
     for layer in layers:
         saved = _pristine(layer)
-        if saved:
-            _reset(layer, saved)
-        else:
+        if not saved:  # the first merge: the base weights are pristine now, keep copies of them
             for name, param in layer.get_base_layer().named_parameters(recurse=False):
                 layer.register_buffer(_PRISTINE + name, param.detach().clone(), persistent=False)
-        layer.merge()  # peft: base.weight += get_delta_weight(a) for the active adapters; `merged` becomes True
+            saved = _pristine(layer)
+        if not _merge_linear(layer, saved):
+            _reset(layer, saved)
+            layer.merge()  # peft: base.weight += get_delta_weight(a) for the active adapters; `merged` becomes True
     return len(layers)
+
+
+@torch.no_grad()
+def _merge_linear(layer: torch.nn.Module, saved: dict[str, torch.Tensor]) -> bool:
+    """`weight = W0 + (B @ A) * scaling` per active adapter, as peft's `Linear.merge` computes it; False: not handled.
+
+    The first adapter's add writes straight from the pristine copy into the weight (`torch.add(..., out=)`: the
+    same float32 sum and one rounding as peft's copy-then-`+=`); other base parameters are reset by copy.
+    """
+    from peft.tuners.lora.layer import Linear
+
+    adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+    if (
+        type(layer) is not Linear
+        or layer.fan_in_fan_out
+        or not adapters
+        or "weight" not in saved
+        or any(a in layer.lora_variant or layer.lora_bias.get(a) for a in adapters)
+        or any(layer.lora_B[a].weight.dtype != torch.float32 for a in adapters)
+    ):
+        return False
+    base = layer.get_base_layer()
+    del layer.merged_adapters[:]
+    for name, tensor in saved.items():
+        if name != "weight":
+            getattr(base, name).copy_(tensor)
+    weight = base.weight.data
+    for i, a in enumerate(adapters):
+        delta = (layer.lora_B[a].weight @ layer.lora_A[a].weight) * layer.scaling[a]
+        if i == 0:
+            torch.add(saved["weight"], delta, out=weight)
+        else:
+            weight += delta
+        layer.merged_adapters.append(a)
+    return True
 
 
 def restore(transformer: torch.nn.Module) -> None:
