@@ -161,7 +161,10 @@ class MappedSegment:
     async def buckets(self, update: WeightUpdate, bucket_bytes: int) -> AsyncIterator[list[WeightPiece]]:
         """Yield the tensors as views of the mapping in buckets of `bucket_bytes` (larger ones as flat slices)."""
         for pieces in plan_buckets(self.specs, bucket_bytes):
-            yield [self._piece(p.index, p.start, p.numel) for p in pieces]
+            with warnings.catch_warnings():  # the mapping is read-only on purpose: the hooks copy what they keep
+                warnings.filterwarnings("ignore", message=".*not writable.*")
+                bucket = [self._piece(p.index, p.start, p.numel) for p in pieces]
+            yield bucket
 
     def _piece(self, index: int, start: int, numel: int) -> WeightPiece:
         spec = self.specs[index]
@@ -169,9 +172,7 @@ class MappedSegment:
         if spec.numel == 0:
             return spec.name, torch.empty(spec.shape, dtype=dtype), None
         offset = self.offsets[index] + start * ITEMSIZE[spec.dtype]
-        with warnings.catch_warnings():  # the mapping is read-only on purpose: the hooks copy what they keep
-            warnings.filterwarnings("ignore", message=".*not writable.*")
-            flat = torch.frombuffer(self.mm, dtype=dtype, count=numel, offset=offset)
+        flat = torch.frombuffer(self.mm, dtype=dtype, count=numel, offset=offset)  # warning filtered by `buckets`
         if numel == spec.numel:
             return spec.name, flat.view(spec.shape), None
         return spec.name, flat, start

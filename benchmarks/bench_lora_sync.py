@@ -1,0 +1,146 @@
+"""Where a LoRA weight sync into the `diffusers` rollout server spends its time, part by part, in one process.
+
+A `DiffusersHttpServer` on the trainer workload's pipeline (`--preset a|b|tiny`, see trainer_workload_parts.py)
+gets the workload's LoRA (bf16 on cuda, as the trainer sends it) pushed repeatedly; medians of `--repeats`:
+
+- `push_shm`:    `WeightPusher.push` over the shared-memory segment (the trainer's path for a same-host server)
+- `push_http`:   the same over the HTTP stream (`transport="http"`)
+- `engine`:      `DiffusersRolloutEngine.update_weights` called directly (the server's work without transport)
+- `merge`:       `lora_merge.merge` of every wrapped layer (this project's merge)
+- `merge_peft`:  peft's own reset + `Linear.merge()` per layer (the baseline, same result bit for bit)
+
+plus a cProfile of one `engine` call (top functions by own time).
+
+    python benchmarks/bench_lora_sync.py --preset a --device cuda [--repeats 10] [--out outputs/]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pathlib
+import pstats
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from bench_rollout_server import machine_name
+from trainer_workload_parts import PRESETS, build_pipeline_folder, lora_targets
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
+    """Median wall seconds of `fn` (device work included), after one unmeasured call."""
+    fn()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def peft_merge(layers: list[torch.nn.Module]) -> None:
+    """peft's way: reset each layer from its pristine copies, then `layer.merge()`."""
+    from verl_omni.rollout import lora_merge
+
+    for layer in layers:
+        lora_merge._reset(layer, lora_merge._pristine(layer))
+        layer.merge()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", default=None, help="folder for bench_lora_sync_<device>_<preset>.json")
+    args = parser.parse_args(argv)
+
+    from verl_core.testing.server_contract import run
+    from verl_omni.config import DiffusionRolloutConfig
+    from verl_omni.rollout import DiffusersHttpServer, lora_merge
+    from verl_omni.testing import random_transformer_lora
+    from verl_omni.trainer.weight_push import WeightPusher
+
+    w = PRESETS[args.preset]
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    tmp = tempfile.TemporaryDirectory()
+    folder = build_pipeline_folder(w, pathlib.Path(tmp.name) / "pipe", dtype)
+    lora = {"r": w.lora_rank, "lora_alpha": w.lora_alpha, "target_modules": lora_targets(w)}
+    tensors, peft_config = random_transformer_lora(folder, seed=0, config=lora, std=0.01)
+    tensors = {k: v.to(dtype) for k, v in tensors.items()}  # the trainer sends the rollout's dtype
+    size = sum(t.numel() * t.element_size() for t in tensors.values())
+
+    pipeline = {"height": w.height, "width": w.width, "num_inference_steps": w.steps}
+    config = DiffusionRolloutConfig(
+        dtype=str(dtype).removeprefix("torch."), device=args.device, pipeline=pipeline, n=w.n
+    ).with_model(str(folder))
+    server = DiffusersHttpServer(config)
+    run(server.launch())
+    engine = server._require_engine("bench")
+    version = iter(range(1, 10**6))
+    shm, http = WeightPusher("auto"), WeightPusher("http")
+
+    def push(pusher: WeightPusher) -> None:
+        pusher.push(
+            [server.address], tensors, version=next(version), peft_config=peft_config,
+            bucket_bytes=config.update_weights_bucket_bytes, timeout_s=120.0,
+        )  # fmt: skip
+
+    from peft import LoraConfig
+
+    lora_config = LoraConfig(**peft_config)
+    results: dict[str, float] = {}
+    try:
+        results["push_shm"] = timed(lambda: push(shm), device, args.repeats)
+        results["push_http"] = timed(lambda: push(http), device, args.repeats)
+        results["engine"] = timed(lambda: engine.update_weights(tensors, lora_config=lora_config), device, args.repeats)
+        layers = list(lora_merge.wrapped_layers(engine.transformer).values())
+        results["merge"] = timed(lambda: lora_merge.merge(engine.transformer, layers), device, args.repeats)
+        results["merge_peft"] = timed(lambda: peft_merge(layers), device, args.repeats)
+        profile = cProfile.Profile()
+        profile.enable()
+        engine.update_weights(tensors, lora_config=lora_config)
+        _sync(device)
+        profile.disable()
+    finally:
+        shm.close()
+        run(server.shutdown())
+        tmp.cleanup()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
+
+    where = f"{machine_name(args.device)} ({dtype})"
+    print(f"preset {args.preset} on {where}: LoRA {len(tensors)} tensors, {size / 1e6:.1f} MB")
+    for name, seconds in results.items():
+        print(f"  {name:<11} {seconds * 1e3:8.2f} ms")
+    print(f"  merge / merge_peft = {results['merge'] / results['merge_peft']:.2f}x")
+    print("cProfile of one engine.update_weights call, by own time:")
+    print("\n".join(text.getvalue().splitlines()[:32]))
+    out = {
+        "preset": args.preset, "device": machine_name(args.device), "dtype": str(dtype), "tensors": len(tensors),
+        "bytes": size, "repeats": args.repeats, "median_s": results,
+    }  # fmt: skip
+    if args.out:
+        path = pathlib.Path(args.out) / f"bench_lora_sync_{device.type}_{args.preset}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=1))
+        print(f"wrote {path}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
