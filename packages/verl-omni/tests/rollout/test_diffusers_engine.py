@@ -419,3 +419,72 @@ def test_engine_sleep_falls_back_to_to_cpu_when_pinning_fails(model, request, ti
     engine.wake_up()
     again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
     assert torch.equal(first["latents"], again["latents"])
+
+
+def test_host_offload_copies_only_what_was_written_since_onload():
+    from verl_omni.rollout.host_offload import HostOffload, module_tensors
+
+    modules = _tied_modules()
+    offload = HostOffload(pin=False)
+    offload.offload(modules)
+    offload.onload(modules, "cpu")
+    mark = {id(t): offload.host_copy(t).fill_(-7.0) for t in module_tensors(modules)}  # poison the host copies
+    assert offload.offload(modules) == len(mark) and offload.copied_bytes == 0
+    assert all(torch.all(t == -7.0) for t in module_tensors(modules))  # not copied: they hold the poison now
+    offload.onload(modules, "cpu")
+    with torch.no_grad():
+        modules[0].own.weight.copy_(torch.ones(4, 3))  # an in-place write: its version counter moves
+    modules[0].own.bias.data.fill_(2.0)  # a write through `.data`: invisible to the version counter ...
+    offload.mark_written([modules[0].own.bias])  # ... so the writer says so
+    offload.offload(modules)
+    assert torch.equal(modules[0].own.weight, torch.ones(4, 3)) and torch.all(modules[0].own.bias == 2.0)
+    assert offload.copied_bytes == (12 + 4) * 4
+    assert torch.all(modules[1].own.weight == -7.0)  # untouched: still not copied
+
+
+def test_host_offload_discard_drops_values_and_onload_lists_them():
+    from verl_omni.rollout.host_offload import HostOffload
+
+    modules = _tied_modules()
+    weight = modules[0].own.weight
+    offload = HostOffload(pin=False)
+    offload.offload(modules, discard=[weight])
+    assert offload.copied_bytes == sum(t.numel() * t.element_size() for t in _tensors(modules)) - 12 * 4 * 2
+    offload.onload(modules, "cpu")
+    assert [id(t) for t in offload.uninitialized] == [id(weight)]
+    with torch.no_grad():
+        weight.fill_(3.0)  # the caller recomputes it
+    offload.offload(modules)  # not discarded this time: its host copy becomes valid again
+    offload.onload(modules, "cpu")
+    assert offload.uninitialized == [] and torch.all(weight == 3.0)
+
+
+def test_engine_sleep_drops_merged_lora_weights_and_copies_only_changes(model, request, tiny_sampling_config):
+    from verl_omni.rollout.host_offload import HostOffload
+
+    engine, path = _make(model, request, tiny_sampling_config)
+    fresh, _ = _make(model, request, tiny_sampling_config)
+    first, config = _lora(path, seed=1)
+    second, _ = _lora(path, seed=2)
+    engine.update_weights(first, lora_config=config)
+    before = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    engine._host = HostOffload(pin=False)
+    engine.sleep()
+    engine.wake_up()
+    assert engine._host.uninitialized  # the merged weights came back without values ...
+    again = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))  # ... and were merged again
+    assert torch.equal(before["latents"], again["latents"]) and torch.equal(before["log_probs"], again["log_probs"])
+    engine.sleep()
+    assert engine._host.copied_bytes == 0  # nothing written since the wake: no copy at all
+    engine.update_weights(second, lora_config=config)  # while asleep: into the host copies
+    engine.wake_up()
+    engine.update_weights(first, lora_config=config)
+    engine.update_weights(second, lora_config=config)
+    engine.sleep()
+    lora_bytes = sum(t.numel() * 4 for t in engine.weight_table(lora=True).values())  # held in fp32
+    assert engine._host.copied_bytes == lora_bytes
+    engine.wake_up()
+    fresh.update_weights(second, lora_config=config)
+    served = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    expected = fresh.generate(PROMPTS[:1], generator=make_generators(0, 2))
+    assert torch.equal(served["latents"], expected["latents"])

@@ -80,6 +80,7 @@ class DiffusersRolloutEngine:
         self.sampling = sampling or DiffusionSamplingConfig()
         self.weight_version = 0
         self.merge_lora = merge_lora
+        self._merge_pending = False  # merged LoRA weights were dropped by sleep: recompute before they are used
         self._forget_lora_layout()
         # sleep's pinned host copies, reused across sleeps (None: `.to()`, on a CPU device or after pinning failed)
         self._host: HostOffload | None = HostOffload(pin=True) if self.device.type == "cuda" else None
@@ -102,6 +103,8 @@ class DiffusersRolloutEngine:
 
         `should_abort` is checked before every denoising step; when it returns True, `GenerationAborted` is raised.
         """
+        if self._merge_pending:
+            self.remerge_lora()
         out = self.pipeline.generate_with_logprob(
             prompts, sampling or self.sampling, generator, should_abort=should_abort
         )
@@ -157,7 +160,7 @@ class DiffusersRolloutEngine:
             param.copy_(tensor.to(device=param.device, dtype=param.dtype))
             if id(param) in owners:
                 touched[id(owners[id(param)])] = owners[id(param)]
-        if lora_config is not None:
+        if lora_config is not None or self._merge_pending:
             self.remerge_lora()
         elif touched and self.merge_lora:
             lora_merge.merge(self.transformer, list(touched.values()))
@@ -174,6 +177,7 @@ class DiffusersRolloutEngine:
             if self._wrapped is None:
                 self._wrapped = list(lora_merge.wrapped_layers(self.transformer).values())
             lora_merge.merge(self.transformer, self._wrapped)
+        self._merge_pending = False
 
     def weight_table(self, *, lora: bool, adapter_name: str = "default") -> dict[str, torch.Tensor]:
         """The tensors `update_weights` writes into, by canonical name (LoRA names without the adapter name).
@@ -203,7 +207,8 @@ class DiffusersRolloutEngine:
         """Remove the LoRA adapter `adapter_name` (the pristine base weights are served again, bit-exact)."""
         if adapter_name in self.lora_adapters:
             self._forget_lora_layout()
-            lora_merge.restore(self.transformer)
+            lora_merge.restore(self.transformer)  # every base weight is pristine again (also those sleep dropped)
+            self._merge_pending = False
             self.transformer.delete_adapters(adapter_name)
             self.remerge_lora()  # adapters left under other names
 
@@ -264,16 +269,18 @@ class DiffusersRolloutEngine:
     def sleep(self) -> None:
         """Move every parameter and buffer of the pipeline (LoRA pristine copies too) to host memory.
 
-        On CUDA the tensors are copied into pinned host copies allocated on the first sleep and reused after
-        (see `HostOffload`), then their device memory is released; when pinning fails, the pipeline is moved
-        with `.to("cpu")`, as on other accelerators (on a CPU device nothing moves). Weights may be updated
-        while asleep (they are written into the host copies) and `wake_up` brings them back.
+        On CUDA the tensors are repointed at pinned host copies allocated on the first sleep and reused after (see
+        `HostOffload`), and their device memory is released; only tensors written since the last wake are copied,
+        and the merged LoRA weights are dropped, not copied (the next `generate` or `update_weights` merges them
+        again from the pristine copies). When pinning fails, the pipeline is moved with `.to("cpu")`, as on other
+        accelerators (on a CPU device nothing moves). Weights may be updated while asleep (they are written into
+        the host copies) and `wake_up` brings them back.
         """
         if self._host is None:
             self.pipeline.to("cpu")  # on a CPU device a no-op: the pipeline already lives there
         else:
             try:
-                self._host.offload(self.offload_modules())
+                self._host.offload(self.offload_modules(), discard=self._recomputable())
             except RuntimeError as e:  # pinned memory unavailable: `.to("cpu")` from now on
                 logger.warning("sleep: pinned host copies failed (%s); moving the pipeline with .to('cpu')", e)
                 self._host = None
@@ -282,8 +289,20 @@ class DiffusersRolloutEngine:
             torch.cuda.empty_cache()
 
     def wake_up(self) -> None:
-        """Move every parameter and buffer back to the engine's device (the host copies are kept for next sleep)."""
+        """Move every parameter and buffer back to the engine's device (the host copies are kept for next sleep).
+
+        Merged LoRA weights that sleep dropped are recomputed by the next `generate` or `update_weights`; call
+        `remerge_lora()` first to run `transformer` directly.
+        """
         if self._host is None:
             self.pipeline.to(self.device)
         else:
             self._host.onload(self.offload_modules(), self.device)
+            self._merge_pending = self._merge_pending or bool(self._host.uninitialized)
+
+    def _recomputable(self) -> list[torch.Tensor]:
+        """The base parameters of merged LoRA layers: `remerge_lora` rewrites them from the pristine copies."""
+        if not (self.merge_lora and self.lora_adapters):
+            return []
+        owners = lora_merge.pristine_tensors(self.transformer)
+        return [p for p in self.transformer.parameters() if id(p) in owners]
