@@ -115,3 +115,28 @@ def test_gpu_engine_sleep_uses_reused_pinned_host_copies(model, request, capsys)
     )
     with capsys.disabled():
         print(f"\n{model}: {nbytes / 2**20:.1f} MiB, second cycle sleep {slept:.4f} s, wake {woke:.4f} s")
+
+
+@pytest.mark.parametrize("model", ["qwen_image", "sd3"])
+def test_gpu_engine_update_from_host_tensors_equals_update_from_device_tensors(model, request):
+    from verl_omni.pipelines import DiffusionSamplingConfig, make_generators
+    from verl_omni.rollout import DiffusersRolloutEngine
+    from verl_omni.rollout.staging import packed_copy
+
+    path = request.getfixturevalue(f"tiny_{model}_path")
+    sampling = DiffusionSamplingConfig(**SAMPLING)
+    tensors, peft_config = random_transformer_lora(path, seed=1)
+    bf16 = {n: t.to(torch.bfloat16) for n, t in tensors.items()}  # what the trainer sends
+    pinned = dict(zip(bf16, packed_copy(list(bf16.values()), pin=True)))
+    sources = {"cuda": {n: t.cuda() for n, t in bf16.items()}, "pageable": bf16, "pinned": pinned}
+    served = {}
+    for kind, weights in sources.items():
+        engine = DiffusersRolloutEngine(path, device="cuda", dtype=torch.bfloat16, sampling=sampling)
+        engine.update_weights(weights, lora_config=peft_config)
+        table = engine.weight_table(lora=True)
+        images = engine.generate([REQUEST["prompt"]], generator=make_generators(7, 4, engine.device))["images"]
+        served[kind] = ({n: t.detach().cpu() for n, t in table.items()}, images.cpu())
+    for kind in ("pageable", "pinned"):
+        assert served[kind][0].keys() == served["cuda"][0].keys()
+        assert all(torch.equal(served[kind][0][n], served["cuda"][0][n]) for n in served["cuda"][0])
+        assert torch.equal(served[kind][1], served["cuda"][1])

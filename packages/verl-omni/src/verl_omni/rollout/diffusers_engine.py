@@ -15,6 +15,7 @@ from verl_omni.models.base import get_class
 from verl_omni.pipelines import LOGPROB_PIPELINES, DiffusionSamplingConfig
 from verl_omni.rollout import lora_merge
 from verl_omni.rollout.host_offload import HostOffload
+from verl_omni.rollout.staging import staged_to_device
 
 __all__ = ["DiffusersRolloutEngine", "canonical_weight_name"]
 
@@ -154,18 +155,26 @@ class DiffusersRolloutEngine:
                 raise ValueError(f"weights[{name!r}]: shape {tuple(tensor.shape)} != parameter {tuple(param.shape)}")
         full = lora_config is None  # a LoRA tensor never belongs to a merged layer's base weights
         owners = {id(t): layer for t, layer in lora_merge.pristine_tensors(self.transformer).values()} if full else {}
-        touched = {}
-        for name, tensor in items:
-            param = params[_strip(name)]
-            param.copy_(tensor.to(device=param.device, dtype=param.dtype))
-            if id(param) in owners:
-                touched[id(owners[id(param)])] = owners[id(param)]
+        targets = [params[_strip(name)] for name, _ in items]
+        self._copy_into(targets, [tensor for _, tensor in items])
+        touched = {id(owners[id(p)]): owners[id(p)] for p in targets if id(p) in owners}
         if lora_config is not None or self._merge_pending:
             self.remerge_lora()
         elif touched and self.merge_lora:
             lora_merge.merge(self.transformer, list(touched.values()))
         self.weight_version += 1
         return len(items)
+
+    def _copy_into(self, targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+        """`targets[i].copy_(sources[i])` (casting); host sources for CUDA targets go in a few staged transfers."""
+        staged = [i for i, t in enumerate(targets) if t.device.type == "cuda" and sources[i].device.type == "cpu"]
+        for i in sorted(set(range(len(targets))) - set(staged)):
+            targets[i].copy_(sources[i])
+        if staged:
+            for chunk in staged_to_device([sources[i] for i in staged], targets[staged[0]].device):
+                for j, tensor in chunk:
+                    targets[staged[j]].copy_(tensor)
+            torch.cuda.current_stream(targets[staged[0]].device).synchronize()  # the sources may be reused on return
 
     def remerge_lora(self) -> None:
         """Fold the loaded LoRA adapters into the base weights again, from the pristine copies.

@@ -27,6 +27,7 @@ from verl_omni.rollout.protocol import (
     DiffusionGenerateResponse,
     parse_diffusion_sampling_params,
 )
+from verl_omni.rollout.staging import packed_copy
 
 __all__ = ["DiffusersHttpServer"]
 
@@ -299,7 +300,9 @@ class DiffusersHttpServer(RolloutHttpServer):
         if update.kind == "full":
             await self._run_blocking(self._require_engine("update_weights").update_weights, tensors)
         else:
-            self._lora_pending.update((canonical_weight_name(name), t.clone()) for name, t in tensors)
+            pin = self._device.type == "cuda"  # kept for a reload too: one packed (pinned) copy, not a clone each
+            copies = packed_copy([t for _, t in tensors], pin=pin)
+            self._lora_pending.update((canonical_weight_name(name), c) for (name, _), c in zip(tensors, copies))
 
     async def _engine_load_slice(self, update: WeightUpdate, name: str, start: int, chunk: torch.Tensor) -> None:
         if update.kind != "full":
