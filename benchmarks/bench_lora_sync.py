@@ -6,10 +6,13 @@ gets the workload's LoRA (bf16 on cuda, as the trainer sends it) pushed repeated
 - `push_shm`:    `WeightPusher.push` over the shared-memory segment (the trainer's path for a same-host server)
 - `push_http`:   the same over the HTTP stream (`transport="http"`)
 - `engine`:      `DiffusersRolloutEngine.update_weights` called directly (the server's work without transport)
+- `engine_per_tensor`: the baseline for `engine`: one `param.copy_(t.to(device))` per tensor, then the re-merge
 - `merge`:       `lora_merge.merge` of every wrapped layer (this project's merge)
 - `merge_peft`:  peft's own reset + `Linear.merge()` per layer (the baseline, same result bit for bit)
 
-plus a cProfile of one `engine` call (top functions by own time).
+plus a cProfile of one `engine` call (top functions by own time), and on CUDA the engine's sleep / wake after a
+LoRA update (`sleep`, `wake`: copies only what changed, drops the merged weights) against `sleep_full` /
+`wake_full` (every tensor copied both ways, the behaviour before), with the bytes each sleep copied.
 
     python benchmarks/bench_lora_sync.py --preset a --device cuda [--repeats 10] [--out outputs/]
 """
@@ -60,6 +63,42 @@ def peft_merge(layers: list[torch.nn.Module]) -> None:
         layer.merge()
 
 
+def per_tensor_update(engine: Any, tensors: dict[str, torch.Tensor]) -> None:
+    """The update before staged transfers: each host tensor moved and cast on its own, then the re-merge."""
+    from verl_omni.rollout import canonical_weight_name
+
+    table = engine.weight_table(lora=True)
+    with torch.no_grad():
+        for name, t in tensors.items():
+            param = table[canonical_weight_name(name)]
+            param.copy_(t.to(device=param.device, dtype=param.dtype))
+    engine.remerge_lora()
+
+
+def sleep_cycle(engine: Any, tensors: dict[str, torch.Tensor], lora_config: Any, *, full: bool, repeats: int) -> dict:
+    """Median sleep and wake seconds after a LoRA update; `full`: copy every tensor both ways (the old behaviour)."""
+    from verl_omni.rollout.host_offload import module_tensors
+
+    sleeps, wakes, copied = [], [], 0
+    for _ in range(repeats + 1):
+        engine.update_weights(tensors, lora_config=lora_config)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if full:
+            engine._host.mark_written(module_tensors(engine.offload_modules()))
+            engine._host.offload(engine.offload_modules())
+        else:
+            engine.sleep()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        engine.wake_up()
+        torch.cuda.synchronize()
+        sleeps.append(t1 - t0)
+        wakes.append(time.perf_counter() - t1)
+        copied = engine._host.copied_bytes
+    return {"sleep": statistics.median(sleeps[1:]), "wake": statistics.median(wakes[1:]), "copied_bytes": copied}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
@@ -104,10 +143,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     lora_config = LoraConfig(**peft_config)
     results: dict[str, float] = {}
+    copied: dict[str, int] = {}
     try:
         results["push_shm"] = timed(lambda: push(shm), device, args.repeats)
         results["push_http"] = timed(lambda: push(http), device, args.repeats)
         results["engine"] = timed(lambda: engine.update_weights(tensors, lora_config=lora_config), device, args.repeats)
+        results["engine_per_tensor"] = timed(lambda: per_tensor_update(engine, tensors), device, args.repeats)
         layers = list(lora_merge.wrapped_layers(engine.transformer).values())
         results["merge"] = timed(lambda: lora_merge.merge(engine.transformer, layers), device, args.repeats)
         results["merge_peft"] = timed(lambda: peft_merge(layers), device, args.repeats)
@@ -116,6 +157,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         engine.update_weights(tensors, lora_config=lora_config)
         _sync(device)
         profile.disable()
+        if device.type == "cuda":
+            for full in (False, True):
+                cycle = sleep_cycle(engine, tensors, lora_config, full=full, repeats=args.repeats)
+                suffix = "_full" if full else ""
+                results[f"sleep{suffix}"], results[f"wake{suffix}"] = cycle["sleep"], cycle["wake"]
+                copied[f"sleep{suffix}"] = cycle["copied_bytes"]
     finally:
         shm.close()
         run(server.shutdown())
@@ -128,11 +175,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name, seconds in results.items():
         print(f"  {name:<11} {seconds * 1e3:8.2f} ms")
     print(f"  merge / merge_peft = {results['merge'] / results['merge_peft']:.2f}x")
+    print(f"  engine / engine_per_tensor = {results['engine'] / results['engine_per_tensor']:.2f}x")
+    for name, nbytes in copied.items():
+        print(f"  {name} copied {nbytes / 1e6:.1f} MB to the host")
     print("cProfile of one engine.update_weights call, by own time:")
     print("\n".join(text.getvalue().splitlines()[:32]))
     out = {
         "preset": args.preset, "device": machine_name(args.device), "dtype": str(dtype), "tensors": len(tensors),
-        "bytes": size, "repeats": args.repeats, "median_s": results,
+        "bytes": size, "repeats": args.repeats, "median_s": results, "sleep_copied_bytes": copied,
     }  # fmt: skip
     if args.out:
         path = pathlib.Path(args.out) / f"bench_lora_sync_{device.type}_{args.preset}.json"
