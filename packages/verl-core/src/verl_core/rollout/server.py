@@ -1,9 +1,9 @@
-"""`RolloutHttpServer`: the engine-agnostic rollout server base (HTTP app, lifecycle, timeouts, weight sync).
+"""`RolloutHttpServer`: the engine-agnostic rollout server base (HTTP app, lifecycle, timeouts, status).
 
-Every server owns one event loop on a thread of its own; uvicorn and the engine run on it. The public
-lifecycle methods are coroutines that may be awaited from any loop (a Ray actor's, a test's
-`asyncio.run`): they hop onto the server loop. Subclasses implement only the `_engine_*` hooks
-(`verl_core.rollout.engine_hooks.EngineHooks`).
+Every server owns one event loop on a thread of its own; uvicorn and the engine run on it. The public lifecycle methods
+are coroutines that may be awaited from any loop (a Ray actor's, a test's `asyncio.run`): they hop onto the server loop.
+Subclasses implement only the `_engine_*` hooks (`verl_core.rollout.engine_hooks.EngineHooks`). Weight sync lives in
+`verl_core.rollout.server_weights`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
-import torch
 from pydantic import ValidationError
 
 from verl_core.config.rollout import RolloutConfig
@@ -31,14 +30,12 @@ from verl_core.rollout.errors import (
     EngineTimeoutError,
     NotReadyError,
     RolloutError,
-    WeightSyncError,
 )
 from verl_core.rollout.handoff import HandoffFiles
 from verl_core.rollout.metrics import ServerMetrics
 from verl_core.rollout.net import advertised_host, bind_socket, validation_message
-from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
-from verl_core.rollout.shm_weights import MappedSegments
-from verl_core.rollout.weights import TensorSpec, WeightKind, WeightPiece, WeightUpdate, iter_buckets, named_tensors
+from verl_core.rollout.protocol import GenerateRequest, GenerateResponse
+from verl_core.rollout.server_weights import WeightSyncMixin
 
 __all__ = ["RolloutHttpServer", "ServerState"]
 
@@ -57,17 +54,16 @@ class ServerState(str, enum.Enum):
     STOPPED = "stopped"
 
 
-class RolloutHttpServer(EngineHooks):
+class RolloutHttpServer(WeightSyncMixin, EngineHooks):
     """Engine-agnostic rollout server: FastAPI app on uvicorn plus Python lifecycle methods.
 
     Lifecycle: `launch` → (`generate` | `abort` | `sleep` → `wake_up` | `update_weights`)* → `shutdown`.
-    Routes: `GET /health`, `GET /ready`, `GET /metrics`, `POST /generate`, `/abort`, `/sleep`,
-    `/wake_up`, `/update_weights` (framed byte stream, see `verl_core.rollout.weights`), `/update_weights_shm`
-    (JSON descriptor of a same-host shared-memory segment, see `verl_core.rollout.shm_weights`). Every engine call is
-    bounded by a timeout from `RolloutConfig`; a hung engine surfaces as `EngineTimeoutError` (HTTP 504).
+    Routes: `GET /health`, `GET /ready`, `GET /metrics`, `POST /generate`, `/abort`, `/sleep`, `/wake_up`,
+    `/update_weights`, `/update_weights_shm`. Every engine call is bounded by a timeout from `RolloutConfig`; a hung
+    engine surfaces as `EngineTimeoutError` (HTTP 504). Weight sync (`update_weights`, `update_weights_shm`,
+    `served_weights`, `weight_version`) comes from `WeightSyncMixin` (`verl_core.rollout.server_weights`).
 
-    Subclasses implement the `_engine_*` hooks of `EngineHooks` (`verl_core.rollout.engine_hooks`) and may
-    set `request_model` / `response_model`.
+    Subclasses implement the `_engine_*` hooks of `EngineHooks` and may set `request_model` / `response_model`.
 
     Args:
         config (`RolloutConfig`): backend, model, binding, timeouts and limits.
@@ -86,8 +82,6 @@ class RolloutHttpServer(EngineHooks):
         self.config = config
         self.rank = rank
         self._state = ServerState.CREATED
-        self._weight_version = 0
-        self._weights_consistent = True
         self._asleep: set[str] = set()
         self._exclusive: str | None = None
         self._inflight: dict[str, asyncio.Task] = {}
@@ -98,13 +92,10 @@ class RolloutHttpServer(EngineHooks):
         self._http: Any = None
         self._serve_task: asyncio.Task | None = None
         self._address: str | None = None
-        self._assembling: dict[str, tuple[torch.Tensor, int]] = {}
         self.metrics = ServerMetrics()
         # same-host hand-off files not claimed yet: removed after the request timeout + 60 s, and at shutdown
         self.handoff_files = HandoffFiles(grace_s=config.request_timeout_s + 60)
-        self.weight_segments = MappedSegments()  # the sender's reused weight segment, mapped read-only
-
-    # ---- properties ------------------------------------------------------------------------------
+        self._init_weight_sync()
 
     @property
     def address(self) -> str:
@@ -117,11 +108,6 @@ class RolloutHttpServer(EngineHooks):
     def state(self) -> ServerState:
         """Lifecycle state."""
         return self._state
-
-    @property
-    def weight_version(self) -> int:
-        """Version of the weights generates run with (0 = the checkpoint's)."""
-        return self._weight_version
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -169,85 +155,6 @@ class RolloutHttpServer(EngineHooks):
     async def wake_up(self, tags: list[str] | None = None) -> ServerState:
         """Restore what `sleep` freed; `tags` restores only `"weights"` or `"kv_cache"`."""
         return await self._on_loop(self._wake_impl(tags))
-
-    async def update_weights(
-        self,
-        weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
-        *,
-        version: int,
-        kind: WeightKind = "full",
-        peft_config: dict[str, Any] | None = None,
-        bucket_bytes: int | None = None,
-    ) -> WeightUpdateResponse:
-        """Load new weights in-process, bucket by bucket; generates then report `version`.
-
-        Args:
-            weights (`Mapping[str, torch.Tensor]` or iterable of `(name, tensor)`): full model tensors or
-                LoRA tensors (as `peft.get_peft_model_state_dict` names them).
-            version (`int`): the new weight version (>= 0).
-            kind (`str`, *optional*, defaults to `"full"`): `"full"` or `"lora"`.
-            peft_config (`dict`, *optional*): the adapter's PEFT config, required for `"lora"`.
-            bucket_bytes (`int`, *optional*): bucket size; defaults to `rollout.update_weights_bucket_bytes`.
-
-        Raises:
-            WeightSyncError: unknown tensor name, wrong shape, missing PEFT config (names it).
-            ConflictError: another lifecycle call is running.
-            EngineTimeoutError: longer than `rollout.weight_sync_timeout_s`.
-        """
-        items = named_tensors(weights)
-        update = WeightUpdate(version, kind, [TensorSpec.of(n, t) for n, t in items], peft_config)
-        size = bucket_bytes or self.config.update_weights_bucket_bytes
-
-        async def buckets() -> AsyncIterator[list[WeightPiece]]:
-            for bucket in iter_buckets(items, size):
-                yield [(name, tensor, None) for name, tensor in bucket]
-
-        return await self._on_loop(self._apply_update(update, buckets()))
-
-    async def update_weights_shm(
-        self,
-        segment: Mapping[str, Any],
-        *,
-        version: int,
-        kind: WeightKind = "full",
-        peft_config: dict[str, Any] | None = None,
-        bucket_bytes: int | None = None,
-    ) -> WeightUpdateResponse:
-        """Load the weights a same-host `WeightSegment` descriptor names (`verl_core.rollout.shm_weights`).
-
-        The file and every manifest entry are checked before a byte is applied; the engine hooks get views of the
-        mapping in buckets of `bucket_bytes` (default `rollout.update_weights_bucket_bytes`), as from the stream.
-
-        Raises:
-            WeightSyncError: a bad descriptor, file or entry (named by `field`), or what `update_weights` raises.
-        """
-        size = bucket_bytes or self.config.update_weights_bucket_bytes
-        if not isinstance(size, int) or not 64 <= size <= self.config.max_bucket_bytes:
-            raise WeightSyncError(f"bucket_bytes must be in [64, {self.config.max_bucket_bytes}]", field="bucket_bytes")
-
-        async def apply() -> WeightUpdateResponse:
-            mapped = self.weight_segments.open(segment)
-            update = WeightUpdate(version, kind, mapped.specs, peft_config)
-            out = await self._apply_update(update, mapped.buckets(update, size))
-            self.metrics.count("weight_updates_shm")
-            return out
-
-        return await self._on_loop(apply())
-
-    async def served_weights(self, names: Iterable[str], *, kind: WeightKind = "full") -> dict[str, torch.Tensor]:
-        """CPU copies of the tensors the engine serves now under `names` (for checks, e.g. the contract suite).
-
-        Args:
-            names (iterable of `str`): tensor names as `update_weights` takes them.
-            kind (`str`, *optional*, defaults to `"full"`): `"full"` (model tensors) or `"lora"` (adapter tensors).
-
-        Raises:
-            BadRequestError: a name the engine does not serve.
-            EngineError: the backend has no `_engine_read_weights` hook.
-        """
-        read = self._timed("served_weights", "lifecycle_timeout_s", self._engine_read_weights(list(names), kind))
-        served = await self._on_loop(read)
-        return {name: tensor.detach().to("cpu", copy=True) for name, tensor in served.items()}
 
     async def shutdown(self) -> None:
         """Abort in-flight requests, stop the HTTP app and the engine, and stop the server loop (idempotent)."""
@@ -321,10 +228,6 @@ class RolloutHttpServer(EngineHooks):
             raise BadRequestError(f"{op}: {type(e).__name__}: {e}") from e
         except Exception as e:
             raise EngineError(f"engine failed during {op}: {type(e).__name__}: {e}") from e
-
-    def _set_weight_version(self, version: int) -> None:
-        """For engines whose wake-up reloads the checkpoint: report `version` from now on."""
-        self._weight_version = version
 
     # ---- implementation (runs on the server loop) -----------------------------------------------
 
@@ -474,54 +377,6 @@ class RolloutHttpServer(EngineHooks):
             if not self._asleep:
                 self._state = ServerState.READY
         return self._state
-
-    async def _apply_update(
-        self, update: WeightUpdate, buckets: AsyncIterator[list[WeightPiece]]
-    ) -> WeightUpdateResponse:
-        start = time.perf_counter()
-        loaded = {"buckets": 0, "tensors": 0, "bytes": 0}
-
-        async def run() -> None:
-            self._assembling = {}
-            await self._engine_begin_weights(update)
-            done = False
-            try:
-                async for bucket in buckets:
-                    whole = [(name, t) for name, t, start in bucket if start is None]
-                    if whole:
-                        await self._engine_load_bucket(update, whole)
-                    for name, chunk, start in bucket:
-                        if start is not None:
-                            await self._engine_load_slice(update, name, start, chunk)
-                    loaded["buckets"] += 1
-                    loaded["bytes"] += sum(t.numel() * t.element_size() for _, t, _ in bucket)
-                await self._engine_finish_weights(update)
-                loaded["tensors"] = len(update.manifest)
-                done = True
-            finally:
-                self._assembling = {}
-                if not done:
-                    if update.kind == "full" and loaded["buckets"]:
-                        self._weights_consistent = False
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(self._engine_abort_weights(update), self.config.lifecycle_timeout_s)
-
-        async with self._exclusive_op("update_weights"):
-            await self._timed("update_weights", "weight_sync_timeout_s", run())
-            self._weight_version = update.version
-            if update.kind == "full":
-                self._weights_consistent = True
-        seconds = time.perf_counter() - start
-        self.metrics.count("weight_updates")
-        self.metrics.count("weight_bytes", loaded["bytes"])
-        return WeightUpdateResponse(
-            weight_version=update.version,
-            kind=update.kind,
-            num_tensors=loaded["tensors"],
-            num_buckets=loaded["buckets"],
-            bytes=loaded["bytes"],
-            seconds=seconds,
-        )
 
     async def _shutdown_impl(self) -> None:
         if self._inflight:  # let in-flight generates finish as "abort", then cancel what is left
