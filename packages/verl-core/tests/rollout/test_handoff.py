@@ -113,7 +113,8 @@ def test_missing_file_names_the_path(echo_server, monkeypatch):
         return meta
 
     monkeypatch.setattr(echo_server.handoff_files, "write", elsewhere)
-    with pytest.raises(BadResponseError, match=rf"{PREFIX}[0-9a-f]+ does not exist: is the rollout server on another"):
+    missing = rf"{PREFIX}[0-9]+-[0-9]+-[0-9a-f]{{32}} does not exist: is the rollout server on another"
+    with pytest.raises(BadResponseError, match=missing):
         run(_generate(echo_server.address, REQUEST, file_handoff=True))
 
 

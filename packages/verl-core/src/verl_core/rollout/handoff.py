@@ -1,10 +1,12 @@
 """Same-host hand-off of a binary generate answer through a tmpfs file instead of the HTTP body (opt-in).
 
 A client that sends `x-verl-handoff: file` asks for it. For a binary answer (`verl_core.rollout.tensor_payload`)
-the server writes exactly the bytes it would stream into a fresh file (`verl-rollout-<uuid>`, mode 0600) under
-`/dev/shm` (or `tempfile.gettempdir()` without it) and only then answers with the JSON `{"path": ..., "size": ...}`
-under `HANDOFF_CONTENT_TYPE`; JSON answers stay JSON. The client reads the file into one buffer, unlinks it and
-decodes it as a streamed body. The server unlinks the files not claimed within `grace_s` and all at shutdown.
+the server writes exactly the bytes it would stream into a fresh file (`verl-rollout-<pid>-<pidns>-<uuid>`, mode
+0600) under `/dev/shm` (or `tempfile.gettempdir()` without it) and only then answers with the JSON
+`{"path": ..., "size": ...}` under `HANDOFF_CONTENT_TYPE`; JSON answers stay JSON. The client reads the file into
+one buffer, unlinks it and decodes it as a streamed body. The server unlinks the files not claimed within `grace_s`
+and all at shutdown; the files of a server that was killed are removed by the next process of its PID namespace
+that creates its first hand-off file or weight segment in that directory (`verl_core.rollout.owned_files`).
 Works only when client and server see the same file system: use it for loopback addresses (`is_loopback`).
 """
 
@@ -15,11 +17,11 @@ import os
 import tempfile
 import threading
 import time
-import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
 from verl_core.rollout.errors import BadResponseError, EngineError
+from verl_core.rollout.owned_files import ROLLOUT_PREFIX, owned_name, sweep_stale_once
 from verl_core.rollout.tensor_payload import TensorBody, decode_tensor_body
 
 __all__ = [
@@ -34,7 +36,7 @@ __all__ = [
 
 HANDOFF_HEADER = "x-verl-handoff"
 HANDOFF_CONTENT_TYPE = "application/vnd.verl.handoff+json"
-PREFIX = "verl-rollout-"
+PREFIX = ROLLOUT_PREFIX  # "verl-rollout-"; names are `owned_name(PREFIX)`: `verl-rollout-<pid>-<pidns>-<uuid hex>`
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -72,7 +74,8 @@ class HandoffFiles:
             EngineError: the file could not be written (e.g. the tmpfs is full); nothing is left behind.
         """
         self.sweep()
-        path = os.path.join(self.directory, f"{PREFIX}{uuid.uuid4().hex}")
+        sweep_stale_once(self.directory)  # files of dead processes (a killed server's), the first time only
+        path = os.path.join(self.directory, owned_name(PREFIX))
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with open(fd, "wb") as f:

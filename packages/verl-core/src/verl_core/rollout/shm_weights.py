@@ -1,13 +1,15 @@
 """Same-host weight sync through one reused shared-memory file instead of the HTTP byte stream.
 
-The sender (`WeightSegment`) owns one file `verl-weights-<uuid>` (mode 0600) under `handoff_dir()`, maps it
-read/write and copies each update's tensors into it at `ALIGN`ed offsets; it reuses the file while updates fit and
+The sender (`WeightSegment`) owns one file `verl-weights-<pid>-<pidns>-<uuid>` (mode 0600) under `handoff_dir()`, maps
+it read/write and copies each update's tensors into it at `ALIGN`ed offsets; it reuses the file while updates fit and
 replaces it (new file, old one unlinked) when one does not. `write` returns a JSON descriptor
 `{"path", "size", "inode", "generation", "manifest": [{name, dtype, shape, offset}]}` that the sender POSTs to
 `/update_weights_shm` of every server on this host. A server (`MappedSegments`) checks the file and every manifest
 entry before it applies a byte, keeps the read-only mapping across updates, and hands views of it to the same
 engine hooks as the HTTP stream, in buckets. The sender must not write the segment again before every server
-has answered.
+has answered. The file name carries the sender's PID: a sender that was killed (no `close`, no finalizer) leaves its
+file, and the next process of its PID namespace that creates its first segment or hand-off file in that directory
+removes it (`verl_core.rollout.owned_files`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import errno
 import mmap
 import os
 import stat
-import uuid
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -28,11 +29,12 @@ import torch
 from verl_core.rollout.errors import WeightSyncError
 from verl_core.rollout.framing import ALIGN, DTYPES, ITEMSIZE, TensorSpec, align
 from verl_core.rollout.handoff import handoff_dir
+from verl_core.rollout.owned_files import WEIGHTS_PREFIX, owned_name, sweep_stale_once
 from verl_core.rollout.weights import WeightPiece, WeightUpdate, named_tensors, plan_buckets
 
 __all__ = ["PREFIX", "MappedSegment", "MappedSegments", "SegmentAllocationError", "WeightSegment"]
 
-PREFIX = "verl-weights-"
+PREFIX = WEIGHTS_PREFIX  # "verl-weights-"; names are `owned_name(PREFIX)`: `verl-weights-<pid>-<pidns>-<uuid hex>`
 _GROW_STEP = 1 << 20  # file sizes are multiples of 1 MiB
 
 
@@ -123,7 +125,8 @@ class WeightSegment:
 
     def _allocate(self, needed: int) -> None:
         size = max(_GROW_STEP, -(-needed // _GROW_STEP) * _GROW_STEP)
-        path = os.path.join(self.directory, f"{PREFIX}{uuid.uuid4().hex}")
+        sweep_stale_once(self.directory)  # files of dead processes (a killed sender's), the first time only
+        path = os.path.join(self.directory, owned_name(PREFIX))
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as e:
