@@ -65,7 +65,7 @@ def peft_merge(layers: list[torch.nn.Module]) -> None:
 
 def per_tensor_update(engine: Any, tensors: dict[str, torch.Tensor]) -> None:
     """The update before staged transfers: each host tensor moved and cast on its own, then the re-merge."""
-    from verl_omni.rollout import canonical_weight_name
+    from verl_omni.rollout.diffusers_engine import canonical_weight_name
 
     table = engine.weight_table(lora=True)
     with torch.no_grad():

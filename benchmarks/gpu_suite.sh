@@ -2,7 +2,7 @@
 # GPU checks and benchmarks in phases, for an H200 machine (run from the repository root):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
 # Phases: env, tests, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
-#         trainer, trainer-run.
+#         trainer, trainer-run, lora-sync.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
@@ -14,6 +14,8 @@
 #            blocks, the same with one request per prompt and weights over HTTP (the defaults before the grouped
 #            requests and the shm weight segment), and awake (+ the flow_grpo-style baseline after), then workload B
 #            compiled and compiled+awake; 2 warm-up + 3 steps
+#   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, the engine's update vs per-tensor
+#            copies, merge vs peft, sleep / wake after a LoRA update vs full copies)
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
 set -uo pipefail
 out=${OUT:-benchmarks/results}
@@ -52,6 +54,10 @@ for phase in "$@"; do
                    --device cuda --preset a --variants compile,compile+perprompt+http,compile+awake --warmup 2 --steps 3 --out "$out"
                  CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 600 python3 benchmarks/bench_trainer_run.py \
                    --device cuda --preset b --variants compile,compile+awake --warmup 2 --steps 3 --out "$out" ;;
+    lora-sync) for preset in a b; do
+                 CUDA_VISIBLE_DEVICES=0 run bench-lora-sync-$preset python3 benchmarks/bench_lora_sync.py \
+                   --device cuda --preset $preset --out "$out"
+               done ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
     lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \
