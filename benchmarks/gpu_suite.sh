@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU checks and benchmarks in phases, for an H200 machine (run from the repository root):
+# GPU checks and benchmarks in phases, for an H200 machine (run from the repository root; on the lent
+# machine, build the package bundle first with `bash benchmarks/prepare_device.sh`):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
 # Phases: env, tests, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
 #         trainer, trainer-run, lora-sync.
