@@ -3,16 +3,18 @@
 A client that sends `x-verl-handoff: file` asks for it. For a binary answer (`verl_core.rollout.tensor_payload`)
 the server writes exactly the bytes it would stream into a fresh file (`verl-rollout-<pid>-<pidns>-<uuid>`, mode
 0600) under `/dev/shm` (or `tempfile.gettempdir()` without it) and only then answers with the JSON
-`{"path": ..., "size": ...}` under `HANDOFF_CONTENT_TYPE`; JSON answers stay JSON. The client reads the file into
-one buffer, unlinks it and decodes it as a streamed body. The server unlinks the files not claimed within `grace_s`
-and all at shutdown; the files of a server that was killed are removed by the next process of its PID namespace
-that creates its first hand-off file or weight segment in that directory (`verl_core.rollout.owned_files`).
+`{"path": ..., "size": ...}` under `HANDOFF_CONTENT_TYPE`; JSON answers stay JSON. The client maps the file
+(private, copy-on-write), unlinks it and decodes the tensors in place from the mapping. The server unlinks the
+files not claimed within `grace_s` and all at shutdown; the files of a server that was killed are removed by the
+next process of its PID namespace that creates its first hand-off file or weight segment in that directory
+(`verl_core.rollout.owned_files`).
 Works only when client and server see the same file system: use it for loopback addresses (`is_loopback`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import tempfile
 import threading
@@ -120,9 +122,11 @@ class HandoffFiles:
 
 
 def claim_handoff(meta: Any, *, max_bytes: int | None = None) -> dict[str, Any]:
-    """The client side: read the file `meta` names into one buffer, unlink it, decode it as a binary body.
+    """The client side: map the file `meta` names, unlink it, decode the tensors in place from the mapping.
 
-    The file is unlinked whatever happens (a wrong size, a body that does not decode).
+    The mapping is private (copy-on-write): the decoded tensors are writable and never write back. The file is
+    unlinked whatever happens (a wrong size, a body that does not decode); its tmpfs pages stay allocated until
+    the last decoded tensor is freed. Without `mmap.MAP_PRIVATE` (not Linux) the file is read into one buffer.
 
     Raises:
         BadResponseError: `meta` is not `{"path": str, "size": int}`, the file is missing (the server runs on
@@ -140,13 +144,7 @@ def claim_handoff(meta: Any, *, max_bytes: int | None = None) -> dict[str, Any]:
                 found = os.fstat(f.fileno()).st_size
                 if found != size:
                     raise BadResponseError(f"hand-off file {path} has {found} bytes, the server announced {size}")
-                data = bytearray(size)
-                view, got = memoryview(data), 0
-                while got < size:  # one read per 2 GiB at most (Linux caps a read there)
-                    n = f.readinto(view[got:])
-                    if not n:
-                        raise BadResponseError(f"hand-off file {path}: read {got} of {size} bytes")
-                    got += n
+                data = _map_private(f.fileno(), size) if _CAN_MAP and size else _read_all(f, path, size)
         except FileNotFoundError:
             raise BadResponseError(
                 f"hand-off file {path} does not exist: is the rollout server on another host? "
@@ -156,6 +154,25 @@ def claim_handoff(meta: Any, *, max_bytes: int | None = None) -> dict[str, Any]:
         return decode_tensor_body(data, max_bytes=max_bytes)
     finally:
         _unlink(path)
+
+
+_CAN_MAP = hasattr(mmap, "MAP_PRIVATE")
+
+
+def _map_private(fd: int, size: int) -> memoryview:
+    """A writable copy-on-write view of the file; the decoded tensors keep the mapping alive (no copy, no read)."""
+    return memoryview(mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE))
+
+
+def _read_all(f: Any, path: str, size: int) -> bytearray:
+    data = bytearray(size)
+    view, got = memoryview(data), 0
+    while got < size:  # one read per 2 GiB at most (Linux caps a read there)
+        n = f.readinto(view[got:])
+        if not n:
+            raise BadResponseError(f"hand-off file {path}: read {got} of {size} bytes")
+        got += n
+    return data
 
 
 def _unlink(path: str) -> None:
