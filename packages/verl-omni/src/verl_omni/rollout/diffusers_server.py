@@ -8,7 +8,6 @@ import json
 import random
 import threading
 import warnings
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -22,6 +21,7 @@ from verl_omni.config.rollout import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig, GenerationAborted
 from verl_omni.rollout.coalesce import Coalescer, Job
 from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine, canonical_weight_name
+from verl_omni.rollout.diffusers_options import DTYPES, engine_options, resolve_device
 from verl_omni.rollout.engine_calls import host_trajectories, run_jobs
 from verl_omni.rollout.protocol import (
     DiffusionGenerateRequest,
@@ -31,8 +31,6 @@ from verl_omni.rollout.protocol import (
 from verl_omni.rollout.staging import packed_copy
 
 __all__ = ["DiffusersHttpServer"]
-
-_DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class DiffusersHttpServer(RolloutHttpServer):
@@ -90,15 +88,14 @@ class DiffusersHttpServer(RolloutHttpServer):
                 "rollout.name=vllm_omni)",
                 stacklevel=2,
             )
-        self._device = _resolve_device(config.device)
+        self._device = resolve_device(config.device)
         if isinstance(config, DiffusionRolloutConfig):
             self._dtype, self._external_lib = config.torch_dtype, config.external_lib
         else:
-            self._dtype, self._external_lib = _DTYPES[config.model.dtype], None
-        options = _engine_options(config.engine_kwargs)
-        coalesce = {arg: options.pop(key) for key, arg in _COALESCE_OPTIONS.items() if key in options}
+            self._dtype, self._external_lib = DTYPES[config.model.dtype], None
+        options, coalesce = engine_options(config.engine_kwargs)
         self._coalescer = Coalescer(self._run_batch, lambda: self._run_blocking(_no_op), **coalesce)
-        self._engine_options = options  # the rest are `DiffusersRolloutEngine` arguments
+        self._engine_options = options  # `DiffusersRolloutEngine` arguments
         self._engine: DiffusersRolloutEngine | None = None
         self._defaults = DiffusionSamplingConfig()
         self._seeds = random.Random(None if config.seed is None else config.seed + rank)
@@ -331,28 +328,6 @@ class DiffusersHttpServer(RolloutHttpServer):
         }
 
 
-_ENGINE_OPTIONS: dict[str, type] = {"merge_lora": bool, "coalesce": bool, "coalesce_max_images": int}
-_COALESCE_OPTIONS = {"coalesce": "enabled", "coalesce_max_images": "max_images"}  # key -> `Coalescer` argument
-
-
-def _engine_options(engine_kwargs: Any) -> dict[str, Any]:
-    """`rollout.engine_kwargs.diffusers`, checked by name and type (`DiffusersRolloutEngine`, `Coalescer` arguments)."""
-    given = (engine_kwargs or {}).get("diffusers") or {}
-    if not isinstance(given, Mapping):
-        raise ValueError(f"rollout.engine_kwargs.diffusers: expected a mapping, got {type(given).__name__}")
-    for key, value in given.items():
-        if key not in _ENGINE_OPTIONS:
-            raise ValueError(
-                f"rollout.engine_kwargs.diffusers.{key} is not an option of the diffusers backend; "
-                f"known: {sorted(_ENGINE_OPTIONS)}"
-            )
-        expected = _ENGINE_OPTIONS[key]
-        if not isinstance(value, expected) or (expected is int and (isinstance(value, bool) or value < 1)):
-            what = "an int >= 1" if expected is int else expected.__name__
-            raise ValueError(f"rollout.engine_kwargs.diffusers.{key}: expected {what}, got {value!r}")
-    return dict(given)
-
-
 def _no_op() -> None:
     return None
 
@@ -385,12 +360,3 @@ def _lora_config(config: dict[str, Any]) -> Any:
     if not isinstance(lora_config, LoraConfig):
         raise WeightSyncError(f"peft_config must describe a LoRA adapter, got {type(lora_config).__name__}")
     return lora_config
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"rollout.device={device!r} but CUDA is not available; use 'cpu' or 'auto'")
-    return resolved
