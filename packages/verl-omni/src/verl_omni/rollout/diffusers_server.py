@@ -8,7 +8,6 @@ import json
 import random
 import threading
 import warnings
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -19,9 +18,11 @@ from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncE
 from verl_core.rollout.server import RolloutHttpServer
 from verl_core.rollout.weights import TensorSpec, WeightKind, WeightUpdate, check_manifest
 from verl_omni.config.rollout import DiffusionRolloutConfig
-from verl_omni.pipelines import DiffusionSamplingConfig, GenerationAborted, make_generators
-from verl_omni.rollout.coalesce import Coalescer, Job, segments, split_rows
+from verl_omni.pipelines import DiffusionSamplingConfig, GenerationAborted
+from verl_omni.rollout.coalesce import Coalescer, Job
 from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine, canonical_weight_name
+from verl_omni.rollout.diffusers_options import DTYPES, engine_options, resolve_device
+from verl_omni.rollout.engine_calls import host_trajectories, run_jobs
 from verl_omni.rollout.protocol import (
     DiffusionGenerateRequest,
     DiffusionGenerateResponse,
@@ -30,8 +31,6 @@ from verl_omni.rollout.protocol import (
 from verl_omni.rollout.staging import packed_copy
 
 __all__ = ["DiffusersHttpServer"]
-
-_DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class DiffusersHttpServer(RolloutHttpServer):
@@ -89,15 +88,14 @@ class DiffusersHttpServer(RolloutHttpServer):
                 "rollout.name=vllm_omni)",
                 stacklevel=2,
             )
-        self._device = _resolve_device(config.device)
+        self._device = resolve_device(config.device)
         if isinstance(config, DiffusionRolloutConfig):
             self._dtype, self._external_lib = config.torch_dtype, config.external_lib
         else:
-            self._dtype, self._external_lib = _DTYPES[config.model.dtype], None
-        options = _engine_options(config.engine_kwargs)
-        coalesce = {arg: options.pop(key) for key, arg in _COALESCE_OPTIONS.items() if key in options}
+            self._dtype, self._external_lib = DTYPES[config.model.dtype], None
+        options, coalesce = engine_options(config.engine_kwargs)
         self._coalescer = Coalescer(self._run_batch, lambda: self._run_blocking(_no_op), **coalesce)
-        self._engine_options = options  # the rest are `DiffusersRolloutEngine` arguments
+        self._engine_options = options  # `DiffusersRolloutEngine` arguments
         self._engine: DiffusersRolloutEngine | None = None
         self._defaults = DiffusionSamplingConfig()
         self._seeds = random.Random(None if config.seed is None else config.seed + rank)
@@ -155,50 +153,14 @@ class DiffusersHttpServer(RolloutHttpServer):
         return await self._run_blocking(self._generate_blocking, jobs)
 
     def _generate_blocking(self, jobs: list[Job]) -> list[TensorDict | None]:
-        """Run `jobs` (one job, or one-prompt jobs of equal sampling but seed) on the engine; aborted jobs get None.
-
-        Several jobs share one engine call, which stops early only when every job's flag is set; row `r` of job
-        `j` uses generator `seed_j + r`. One job runs as its `segments` (one call for the usual multi-prompt
-        request), its row `r` using generator `seed + r`.
-        """
+        """Run `jobs` on the engine (`engine_calls.run_jobs`), trajectories on the host; aborted jobs get None."""
         engine = self._require_engine("generate")
-        sampling, n = jobs[0].sampling, jobs[0].sampling.n
         try:
-            if len(jobs) == 1:
-                parts = [self._generate_job(engine, jobs[0])]
-            else:
-                generators = [g for job in jobs for g in make_generators(job.seed, n, engine.device)]
-                trajectory = engine.generate(
-                    [job.prompts[0] for job in jobs],
-                    sampling,
-                    generators,
-                    should_abort=lambda: all(job.flag.is_set() for job in jobs),
-                )
-                parts = split_rows(trajectory, len(jobs), n)
+            parts = run_jobs(engine, jobs)
         except GenerationAborted:
             return [None] * len(jobs)
         self._images += sum(job.images for job in jobs)
-        adapter = engine.pipeline.adapter
-        shared = (*adapter.cond_keys, *adapter.negative_cond_keys)
-        return [
-            None if job.flag.is_set() else _to_host(part, shared, 1 if job.single else len(job.prompts))
-            for job, part in zip(jobs, parts, strict=True)
-        ]
-
-    def _generate_job(self, engine: DiffusersRolloutEngine, job: Job) -> TensorDict:
-        """One request's `len(prompts) * n` rows, prompt-major: one engine call per segment, concatenated."""
-        n = job.sampling.n
-        generators = make_generators(job.seed, job.images, engine.device)
-        parts = []
-        for start, stop, negative in segments(job):
-            sampling = job.sampling.evolve(negative_prompt=negative)
-            part = engine.generate(
-                job.prompts[start:stop], sampling, generators[start * n : stop * n], should_abort=job.flag.is_set
-            )
-            if start:
-                part.set("prompt_index", part.get("prompt_index") + start)
-            parts.append(part)
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        return host_trajectories(engine, jobs, parts)
 
     async def _engine_abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -366,48 +328,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         }
 
 
-_ENGINE_OPTIONS: dict[str, type] = {"merge_lora": bool, "coalesce": bool, "coalesce_max_images": int}
-_COALESCE_OPTIONS = {"coalesce": "enabled", "coalesce_max_images": "max_images"}  # key -> `Coalescer` argument
-
-
-def _engine_options(engine_kwargs: Any) -> dict[str, Any]:
-    """`rollout.engine_kwargs.diffusers`, checked by name and type (`DiffusersRolloutEngine`, `Coalescer` arguments)."""
-    given = (engine_kwargs or {}).get("diffusers") or {}
-    if not isinstance(given, Mapping):
-        raise ValueError(f"rollout.engine_kwargs.diffusers: expected a mapping, got {type(given).__name__}")
-    for key, value in given.items():
-        if key not in _ENGINE_OPTIONS:
-            raise ValueError(
-                f"rollout.engine_kwargs.diffusers.{key} is not an option of the diffusers backend; "
-                f"known: {sorted(_ENGINE_OPTIONS)}"
-            )
-        expected = _ENGINE_OPTIONS[key]
-        if not isinstance(value, expected) or (expected is int and (isinstance(value, bool) or value < 1)):
-            what = "an int >= 1" if expected is int else expected.__name__
-            raise ValueError(f"rollout.engine_kwargs.diffusers.{key}: expected {what}, got {value!r}")
-    return dict(given)
-
-
 def _no_op() -> None:
     return None
-
-
-def _to_host(trajectory: TensorDict, shared_keys: tuple[str, ...], prompts: int) -> TensorDict:
-    """The trajectory on the CPU, each prompt's conditioning `shared_keys` as one row expanded over its rows.
-
-    Every row of one prompt encodes the same text, so its embeddings travel (and sit in host memory) once, as a
-    stride-0 view. A one-prompt request keeps batch `[n]`; a prompt list (`prompts` = k) gets batch `[k, n]`, whose
-    conditioning is `[k, 1, ...]` expanded over `n` (a flat `[k * n]` batch could not hold k rows expanded).
-    """
-    if prompts > 1 or trajectory.batch_dims > 1:
-        trajectory = trajectory.reshape(prompts, -1)
-    rows = trajectory.batch_dims
-    shared = [k for k in shared_keys if k in trajectory.keys()]  # noqa: SIM118 - TensorDict refuses `in`
-    out = trajectory.exclude(*shared).to("cpu")
-    for key in shared:
-        value = trajectory.get(key)
-        out.set(key, value[(slice(None),) * (rows - 1) + (slice(0, 1),)].to("cpu", copy=True).expand(value.shape))
-    return out
 
 
 def _canonical(manifest: list[TensorSpec]) -> list[TensorSpec]:
@@ -438,12 +360,3 @@ def _lora_config(config: dict[str, Any]) -> Any:
     if not isinstance(lora_config, LoraConfig):
         raise WeightSyncError(f"peft_config must describe a LoRA adapter, got {type(lora_config).__name__}")
     return lora_config
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"rollout.device={device!r} but CUDA is not available; use 'cpu' or 'auto'")
-    return resolved
