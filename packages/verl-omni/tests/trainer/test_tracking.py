@@ -98,3 +98,24 @@ def test_wandb_runs_offline(tmp_path, monkeypatch):
     tracker.log({"critic/rewards/mean": 1.0}, step=1)
     tracker.close()
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+def test_begin_keeps_the_rows_up_to_the_resumed_step_and_a_fresh_run_starts_empty(tmp_path):
+    earlier = [json.dumps({"step": s, "critic/rewards/mean": float(s)}) for s in range(5)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(earlier) + '\n{"step": 5, "critic/re')  # a killed run's torn last line
+    tracker = Tracking([], tmp_path, project="p", experiment="e")
+    tracker.begin(2)  # resumed from the checkpoint of step 2
+    tracker.log({"critic/rewards/mean": -3.0}, 3)
+    tracker.close()
+    assert [(r["step"], r["critic/rewards/mean"]) for r in read_metrics(path)] == [
+        (0, 0.0),
+        (1, 1.0),
+        (2, 2.0),
+        (3, -3.0),
+    ]
+    fresh = Tracking([], tmp_path, project="p", experiment="e")
+    fresh.begin(0)  # a new run in the same folder: nothing of the earlier runs
+    fresh.log({"critic/rewards/mean": 7.0}, 1)
+    fresh.close()
+    assert read_metrics(path) == [{"step": 1, "critic/rewards/mean": 7.0}]

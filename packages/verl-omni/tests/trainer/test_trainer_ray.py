@@ -3,6 +3,7 @@ bit-identical resume, weight sync, failures that name the worker, two actor rank
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from verl_core.rollout.handoff import handoff_dir
 from verl_core.rollout.shm_weights import PREFIX as SHM_PREFIX
+from verl_omni.trainer.report import read_metrics
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -53,6 +55,9 @@ def test_on_policy_first_update_reproducible_runs_and_bit_identical_resume(
     assert straight.error is None, straight.error
     first_two = trainer_run(tmp_path / "split", [*common, "trainer.total_training_steps=2", "trainer.save_freq=2"])
     assert first_two.error is None, first_two.error
+    with open(tmp_path / "split" / "run" / "metrics.jsonl", "a") as f:  # as if a longer run had logged past its save
+        for step in (3, 4):
+            f.write(json.dumps({"step": step, "critic/rewards/mean": 99.0}) + "\n")
     resumed = trainer_run(
         tmp_path / "split", [*common, "trainer.total_training_steps=3", "trainer.resume_mode=auto"], fingerprint=True
     )
@@ -72,6 +77,10 @@ def test_on_policy_first_update_reproducible_runs_and_bit_identical_resume(
     # 3 steps straight == 2 steps, stop, resume, 1 step: metrics, parameters and AdamW state bit-identical
     assert len(resumed.history) == 1 and metric_diff(straight.history[2], resumed.history[0]) == []
     _assert_state_equal(straight.fingerprint, resumed.fingerprint)
+    # the resumed run's metrics.jsonl drops what was logged after its checkpoint: the same steps as straight
+    split_rows = read_metrics(tmp_path / "split" / "run" / "metrics.jsonl")
+    assert [r["step"] for r in split_rows] == [r["step"] for r in read_metrics(straight.run_dir / "metrics.jsonl")]
+    assert all(r.get("critic/rewards/mean") != 99.0 for r in split_rows)
     # the rollout really serves the trained weights: same prompts and noise, other images after training
     assert sorted(straight.val_images) == [0, 3]
     assert not torch.equal(straight.val_images[0], straight.val_images[3])

@@ -113,6 +113,7 @@ class FlowGRPOTrainer:
             logger.info("resumed from %s (step %d)", path, self.step)
             # the servers start from the base weights: give them the resumed policy before the first rollout
             self._sync_weights(self.step)
+        components.tracker.begin(self.step)  # metrics.jsonl holds this run's history only
 
     # ---- the loop -----------------------------------------------------------------------------------------
 

@@ -88,6 +88,9 @@ class ActorRanks(Protocol):
 class MetricsTracker(Protocol):
     """Where a step's metrics go (console, `metrics.jsonl`, TensorBoard, wandb)."""
 
+    def begin(self, step: int) -> None:
+        """Start the run at `step` (0: fresh): forget what an earlier run in the same folder logged after it."""
+
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Record `metrics` of `step`."""
 

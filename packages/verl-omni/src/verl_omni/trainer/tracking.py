@@ -6,6 +6,7 @@ that installs it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -106,6 +107,25 @@ class Tracking:
 
             os.environ.setdefault("WANDB_MODE", "offline")
             self._wandb = wandb.init(project=project, name=experiment, dir=str(run_dir), config=config or {})
+
+    def begin(self, step: int) -> None:
+        """Keep only the rows of `metrics.jsonl` up to `step`, the step this run resumes from (none for a fresh run).
+
+        A fresh run in a folder an earlier run wrote to starts an empty file (its rows would mix into the reward
+        curve and the learning margin); a resumed run keeps the history up to its checkpoint and drops what was
+        logged after it. The file is replaced atomically.
+        """
+        self._jsonl.close()
+        kept = []
+        if step > 0 and self.jsonl_path.is_file():
+            for line in self.jsonl_path.read_text().splitlines():
+                with contextlib.suppress(ValueError, KeyError, TypeError):  # a torn last line of a killed run
+                    if int(json.loads(line)["step"]) <= step:
+                        kept.append(line + "\n")
+        tmp = self.jsonl_path.with_name(self.jsonl_path.name + ".tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, self.jsonl_path)
+        self._jsonl = open(self.jsonl_path, "a")  # noqa: SIM115 - closed in close()
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Write `metrics` of `step` to every tracker (one jsonl object, one console line)."""
