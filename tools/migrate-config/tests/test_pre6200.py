@@ -77,6 +77,23 @@ def test_root_configs_keep_the_adv_estimator_alias(path: str) -> None:
     assert doc.get("actor_rollout_ref.model.algorithm") == "flow_grpo"
 
 
+@pytest.mark.parametrize("path", [ROOT, DUMP])
+def test_a_migrated_root_config_migrates_again_to_itself(path: str) -> None:
+    once, _ = _yaml(path)
+    twice, report = migrate_yaml_text(once, path)
+    assert twice == once and not report.changes
+
+
+def test_a_root_next_to_an_old_diffusion_trainer_yaml_is_warned_about_it(tmp_path) -> None:
+    (tmp_path / "diffusion_trainer.yaml").write_text(_read(ROOT))  # the old root left in the config folder
+    mine = tmp_path / "my_trainer.yaml"
+    _, report = migrate_yaml_text(_read(ROOT), str(mine))
+    (warning,) = [f for f in report.findings if f.category == "warning" and f.path == "defaults"]
+    assert str(tmp_path / "diffusion_trainer.yaml") in warning.message and "Move it out" in warning.message
+    _, alone = migrate_yaml_text(_read(ROOT), str(tmp_path / "elsewhere" / "my_trainer.yaml"))
+    assert not [f for f in alone.findings if f.category == "warning" and f.path == "defaults"]
+
+
 def test_layered_configs_and_scripts_leave_the_alias_to_the_target() -> None:
     out, _ = migrate_yaml_text("defaults:\n  - diffusion_trainer\n  - _self_\nalgorithm:\n  adv_estimator: flow_grpo\n")
     assert "adv_estimator" not in out and "algorithm: flow_grpo" in out

@@ -95,14 +95,26 @@ class CompleteRootDefaults(Rule):
             paths = [entry for entry, _ in doc.searchpath()] + [target.SEARCHPATH]
             doc.set("hydra.searchpath", paths, first=True)
             self.change(doc, "set", "hydra.searchpath", new=str(paths), note="where Hydra finds the target's root")
-        name = os.path.splitext(os.path.basename(doc.report.path))[0]
+        folder, base = os.path.split(doc.report.path)
+        name = os.path.splitext(base)[0]
+        sibling = os.path.join(folder, f"{target.CONFIG_NAME}.yaml")
         if name == target.CONFIG_NAME:
             doc.report.find(
                 "warning",
                 "defaults",
-                f"this file extends verl-omni's `{target.CONFIG_NAME}` but has the same name: in its own folder Hydra "
-                f"would find this file again. Save it under another name (`-o my_{target.CONFIG_NAME}.yaml`) and "
-                f"run with `--config-name my_{target.CONFIG_NAME}`",
+                f"this file extends verl-omni's `{target.CONFIG_NAME}` but has the same name: Hydra finds a "
+                f"`{target.CONFIG_NAME}.yaml` of the `--config-path` folder before verl-omni's. Write the result into "
+                f"another folder, or under another name (`-o my_{target.CONFIG_NAME}.yaml`) and move this old file "
+                f"out of the folder; run with `--config-name my_{target.CONFIG_NAME}`",
+                rule_id=self.id,
+            )
+        elif os.path.isfile(sibling):
+            doc.report.find(
+                "warning",
+                "defaults",
+                f"`{sibling}` lies in this file's folder: run from there (`--config-path`), Hydra would load it for "
+                f"`- {target.CONFIG_NAME}` instead of verl-omni's. Move it out of the folder (or run this file "
+                "from another folder)",
                 rule_id=self.id,
             )
 

@@ -48,7 +48,19 @@ class RenameKey(Rule):
         """Move `old` to `new` (conflicts raise, equal duplicates merge); keep `old` as the target's alias."""
         if self.alias and doc.kind == "yaml" and (doc.is_root or doc.full_dump) and self._keep_alias(doc):
             return
+        if self.alias and doc.kind == "yaml" and self._holds_alias(doc):
+            return  # the alias a migration wrote (a migrated root extends the target's root): already migrated
         self.move_path(doc, self.old, self.new, null_unset=self.null_unset, creates=self.creates)
+
+    def _holds_alias(self, doc: Doc) -> bool:
+        """Whether `old` is exactly the target's alias of `new`."""
+        alias = head_defaults().get(self.old)
+        return (
+            alias is not None
+            and doc.has(self.old)
+            and not doc.is_map(self.old)
+            and same_value(doc.get(self.old), alias)
+        )
 
     def _keep_alias(self, doc: Doc) -> bool:
         """Copy the value of `old` to `new` and make `old` the target's alias; return False if `old` is absent."""
