@@ -2,7 +2,8 @@
 
 Every session runs on the interpreter nox runs on; CI picks others with `--force-python 3.10` etc.
 All installs go through `constraints-cpu.txt`, which pins torch to the release whose CPU build the
-project's machines carry; on a GPU machine the same pin resolves to the CUDA build from PyPI.
+project's machines carry. With only PyPI the pin resolves to the CUDA build on any Linux machine, GPU or
+not (several GB); a CPU-only machine sets `PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu`.
 """
 
 from __future__ import annotations
