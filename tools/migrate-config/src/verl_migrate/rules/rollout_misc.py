@@ -89,11 +89,10 @@ register(
     Flag(
         id="prompt-embed-padding-length",
         since="0.1.0",
-        summary="Prompt embeddings pad to `rollout.max_prompt_embed_length`, else `pipeline.max_sequence_length`.",
+        summary="Prompt embeddings pad to `rollout.pipeline.max_sequence_length`.",
         path=f"{ROLLOUT}.extra_configs.max_sequence_length",
         condition="absent",
         message="old verl padded prompt embeddings to `rollout.prompt_length` when `extra_configs.max_sequence_length` "
-        "was unset; verl-omni pads to `rollout.max_prompt_embed_length`, else "
-        "`rollout.pipeline.max_sequence_length` (512)",
+        "was unset; verl-omni pads them to `rollout.pipeline.max_sequence_length` (512)",
     )
 )
