@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--package",
         metavar="PKG",
         help="the YAML files are config-group files for this package, e.g. actor_rollout_ref.rollout "
-        "(default: a `# @package` header, else the config root)",
+        "(default: a `# @package` header, else the file's folder when it is named after a config group, "
+        "e.g. model/ or rollout/, else the config root)",
     )
     p.add_argument("--report", choices=("text", "json"), help="print every change, unknown key and semantic change")
     p.add_argument("--report-file", metavar="FILE", help="write the report to FILE instead of stderr")
