@@ -1,7 +1,7 @@
 """Metrics trackers of a run: `metrics.jsonl` (always), console, TensorBoard and wandb (offline by default).
 
-`check_loggers` runs at start-up (before Ray): a tracker whose package is missing is an error naming the extra
-that installs it.
+`check_loggers` runs at start-up (before Ray): a tracker whose package is missing is an error naming the pip
+command that installs it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 __all__ = ["CONSOLE_KEYS", "Tracking", "check_loggers", "image_grid"]
 
-_EXTRAS = {"tensorboard": ("tensorboard", "verl-omni[tensorboard]"), "wandb": ("wandb", "verl-omni[wandb]")}
+_EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}  # module, pip package
 
 CONSOLE_KEYS = (
     ("critic/rewards/mean", "reward", "{:+.5f}"),
@@ -37,7 +37,7 @@ def check_loggers(loggers: list[str]) -> None:
     """Import every tracker's package now.
 
     Raises:
-        ImportError: `trainer.logger` names a tracker whose package is missing (names the pip extra).
+        ImportError: `trainer.logger` names a tracker whose package is missing (names the pip package).
     """
     import importlib
 
