@@ -133,7 +133,10 @@ def test_validate_without_verl_omni_exits_2(tmp_path) -> None:
         timeout=60,
     )
     assert res.returncode == 2
-    assert "verl-omni is not installed" in res.stderr and "pip install 'verl-migrate-config[validate]'" in res.stderr
+    assert (
+        "verl-omni is not installed" in res.stderr
+        and "pip install ./packages/verl-core ./packages/verl-omni" in res.stderr
+    )
 
 
 def test_compose_reports_keys_this_project_does_not_implement(tmp_path) -> None:

@@ -20,7 +20,10 @@ from verl_migrate.report import FileReport
 
 CONFIG_PACKAGE = target.CONFIG_PACKAGE
 CONFIG_NAME = target.CONFIG_NAME
-INSTALL_HINT = "--validate needs verl-omni: pip install 'verl-migrate-config[validate]'"
+INSTALL_HINT = (
+    "--validate needs verl-omni: from a checkout of the verl monorepo, "
+    "pip install ./packages/verl-core ./packages/verl-omni './tools/migrate-config[validate]'"
+)
 
 
 def require_verl_omni() -> None:
