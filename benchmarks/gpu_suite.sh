@@ -3,7 +3,7 @@
 # machine, build the package bundle first with `bash benchmarks/prepare_device.sh`):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
 # Phases: env, tests, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
-#         trainer, trainer-run, lora-sync.
+#         trainer, trainer-run (= trainer-run-a trainer-run-b), lora-sync.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
@@ -11,10 +11,10 @@
 #   rollout: bench_diffusion_server.py (trajectory transfer vs generate, mid Qwen-Image, bf16, 512², n=16)
 #   export:  bench_weight_export.py (LoRA r64 of workload B's width, 56.6 M params, and the full model)
 #   trainer: bench_trainer_workload.py (workload A: flow_grpo-style SD3 loop vs the project's pieces, LoRA + KL)
-#   trainer-run: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout): workload A with compiled
-#            blocks, the same with one request per prompt and weights over HTTP (the defaults before the grouped
-#            requests and the shm weight segment), and awake (+ the flow_grpo-style baseline after), then workload B
-#            compiled and compiled+awake; 2 warm-up + 3 steps
+#   trainer-run-a / -b: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout), 2 warm-up + 3 steps:
+#            workload A compiled, colocated and awake, with the flow_grpo-style baseline in the same command; workload
+#            B compiled, colocated and awake. Each fits one 10-minute call of the lent machine.
+#            (`--variants compile+perprompt+http` gives the defaults before the grouped requests and the shm segment.)
 #   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, the engine's update vs per-tensor
 #            copies, merge vs peft, sleep / wake after a LoRA update vs full copies)
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
@@ -51,10 +51,13 @@ for phase in "$@"; do
     trainer) CUDA_VISIBLE_DEVICES=0 run bench-trainer-workload python3 benchmarks/bench_trainer_workload.py \
                --device cuda --variants "${TRAINER_VARIANTS:-fused,fused+compile+keep,recompute+compile+keep,reuse+compile+keep}" \
                --out "$out" ;;
-    trainer-run) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-a timeout 600 python3 benchmarks/bench_trainer_run.py \
-                   --device cuda --preset a --variants compile,compile+perprompt+http,compile+awake --warmup 2 --steps 3 --out "$out"
-                 CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 600 python3 benchmarks/bench_trainer_run.py \
-                   --device cuda --preset b --variants compile,compile+awake --warmup 2 --steps 3 --out "$out" ;;
+    trainer-run) bash "$0" trainer-run-a trainer-run-b || status=1 ;;
+    # each of these fits one 10-minute call of the lent machine (about 400 s and 260 s)
+    trainer-run-a) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-a timeout 560 python3 benchmarks/bench_trainer_run.py \
+                     --device cuda --preset a --variants compile,compile+awake --warmup 2 --steps 3 --out "$out" ;;
+    trainer-run-b) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 560 python3 benchmarks/bench_trainer_run.py \
+                     --device cuda --preset b --variants compile,compile+awake --skip-baseline --warmup 2 --steps 3 \
+                     --out "$out" ;;
     lora-sync) for preset in a b; do
                  CUDA_VISIBLE_DEVICES=0 run bench-lora-sync-$preset python3 benchmarks/bench_lora_sync.py \
                    --device cuda --preset $preset --out "$out"
