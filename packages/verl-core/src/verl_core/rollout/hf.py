@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
 
 from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.devices import resolve_device
 from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncError
 from verl_core.rollout.protocol import GenerateRequest, TokenGenerateResponse
 from verl_core.rollout.sampling import LLMSamplingParams, parse_sampling_params
@@ -51,7 +52,7 @@ class HFHttpServer(RolloutHttpServer):
 
     def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
         super().__init__(config, rank=rank)
-        self._device = _resolve_device(config.device)
+        self._device = resolve_device(config.device)
         self._model: Any = None
         self._peft: Any = None
         self._peft_config: dict[str, Any] | None = None
@@ -305,12 +306,3 @@ class HFHttpServer(RolloutHttpServer):
             "lora_active": self._peft is not None,
             "param_bytes_on_accelerator": on_device,
         }
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"rollout.device={device!r} but CUDA is not available; use 'cpu' or 'auto'")
-    return resolved

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["COALESCE_OPTIONS", "DTYPES", "ENGINE_OPTIONS", "engine_options", "resolve_device"]
+__all__ = ["COALESCE_OPTIONS", "DTYPES", "ENGINE_OPTIONS", "engine_options"]
 
 DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ENGINE_OPTIONS: dict[str, type] = {"merge_lora": bool, "coalesce": bool, "coalesce_max_images": int}
@@ -41,17 +41,3 @@ def engine_options(engine_kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     options = dict(given)
     coalesce = {arg: options.pop(key) for key, arg in COALESCE_OPTIONS.items() if key in options}
     return options, coalesce
-
-
-def resolve_device(device: str) -> torch.device:
-    """`rollout.device` as a `torch.device`: `auto` is CUDA when available, else the CPU.
-
-    Raises:
-        ValueError: `device` asks for CUDA and CUDA is not available.
-    """
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"rollout.device={device!r} but CUDA is not available; use 'cpu' or 'auto'")
-    return resolved

@@ -14,6 +14,7 @@ import torch
 from tensordict import TensorDict
 
 from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.devices import resolve_device
 from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncError
 from verl_core.rollout.server import RolloutHttpServer
 from verl_core.rollout.weights import TensorSpec, WeightKind, WeightUpdate, check_manifest
@@ -21,7 +22,7 @@ from verl_omni.config.rollout import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig, GenerationAborted
 from verl_omni.rollout.coalesce import Coalescer, Job
 from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine, canonical_weight_name
-from verl_omni.rollout.diffusers_options import DTYPES, engine_options, resolve_device
+from verl_omni.rollout.diffusers_options import DTYPES, engine_options
 from verl_omni.rollout.engine_calls import host_trajectories, run_jobs
 from verl_omni.rollout.protocol import (
     DiffusionGenerateRequest,
