@@ -3,8 +3,12 @@
 A `DiffusersHttpServer` on the trainer workload's pipeline (`--preset a|b|tiny`, see trainer_workload_parts.py)
 gets the workload's LoRA (bf16 on cuda, as the trainer sends it) pushed repeatedly; medians of `--repeats`:
 
-- `push_shm`:    `WeightPusher.push` over the shared-memory segment (the trainer's path for a same-host server)
+- `push_shm`:    `WeightPusher.push` over the shared-memory segment (the path for a same-host server on another GPU)
 - `push_http`:   the same over the HTTP stream (`transport="http"`)
+- on CUDA, from a second process as the trainer's rank 0 pushes: `child_push_shm` (pinned host tensors, through
+  the segment) against `child_push_cuda_ipc` (the same tensors on the GPU, shared by CUDA IPC: the trainer's path
+  when the server shares rank 0's GPU), and `same_process_cuda_ipc`: what a push of GPU tensors from the server's
+  own process does (CUDA cannot open a process's own IPC handles: the pusher falls back to the segment)
 - `engine`:      `DiffusersRolloutEngine.update_weights` called directly (the server's work without transport)
 - `engine_per_tensor`: the baseline for `engine`: one `param.copy_(t.to(device))` per tensor, then the re-merge
 - `merge`:       `lora_merge.merge` of every wrapped layer (this project's merge)
@@ -99,6 +103,51 @@ def sleep_cycle(engine: Any, tensors: dict[str, torch.Tensor], lora_config: Any,
     return {"sleep": statistics.median(sleeps[1:]), "wake": statistics.median(wakes[1:]), "copied_bytes": copied}
 
 
+_CHILD = """
+import json, statistics, sys, time
+import torch
+from verl_omni.trainer.weight_push import WeightPusher
+
+address, saved, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tensors, peft_config, bucket = torch.load(saved)
+sizes = [t.numel() for t in tensors.values()]
+flat = torch.cat([t.reshape(-1) for t in tensors.values()])  # one flat buffer, as the engine exports
+views = lambda buf: {n: p.view(t.shape) for (n, t), p in zip(tensors.items(), buf.split(sizes))}
+sources = {"shm": views(flat.pin_memory()), "cuda_ipc": views(flat.cuda())}
+pusher, version, out = WeightPusher("auto"), 10**6, {}
+for kind, weights in sources.items():
+    times, counts = [], None
+    for i in range(repeats + 1):
+        version += 1
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        counts = pusher.push([address], weights, version=version, peft_config=peft_config, bucket_bytes=bucket,
+                             timeout_s=120.0)
+        times.append(time.perf_counter() - t0)
+    out["child_push_" + kind] = statistics.median(times[1:])
+    out[kind + "_counts"] = counts
+pusher.close()
+print(json.dumps(out))
+"""
+
+
+def child_pushes(address: str, tensors: dict, peft_config: dict, bucket: int, repeats: int) -> dict[str, Any]:
+    """Median push seconds from a second process (the trainer's rank 0): host tensors via shm vs GPU via IPC."""
+    import os
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = os.path.join(tmp, "lora.pt")
+        torch.save((tensors, peft_config, bucket), saved)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        argv = [sys.executable, "-c", _CHILD, address, saved, str(repeats)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=540, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"the pushing process failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
@@ -144,9 +193,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lora_config = LoraConfig(**peft_config)
     results: dict[str, float] = {}
     copied: dict[str, int] = {}
+    counts: dict[str, Any] = {}  # which transport each pusher used
     try:
         results["push_shm"] = timed(lambda: push(shm), device, args.repeats)
         results["push_http"] = timed(lambda: push(http), device, args.repeats)
+        if device.type == "cuda":
+            child = child_pushes(server.address, tensors, peft_config, config.update_weights_bucket_bytes, args.repeats)
+            results["child_push_shm"], results["child_push_cuda_ipc"] = (
+                child["child_push_shm"],
+                child["child_push_cuda_ipc"],
+            )
+            counts["child_shm"], counts["child_cuda_ipc"] = child["shm_counts"], child["cuda_ipc_counts"]
+            on_gpu = {n: t.to(device) for n, t in tensors.items()}
+            counts["same_process_cuda_ipc"] = shm.push(
+                [server.address], on_gpu, version=next(version), peft_config=peft_config,
+                bucket_bytes=config.update_weights_bucket_bytes, timeout_s=120.0,
+            )  # fmt: skip
         results["engine"] = timed(lambda: engine.update_weights(tensors, lora_config=lora_config), device, args.repeats)
         results["engine_per_tensor"] = timed(lambda: per_tensor_update(engine, tensors), device, args.repeats)
         layers = list(lora_merge.wrapped_layers(engine.transformer).values())
@@ -176,6 +238,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  {name:<11} {seconds * 1e3:8.2f} ms")
     print(f"  merge / merge_peft = {results['merge'] / results['merge_peft']:.2f}x")
     print(f"  engine / engine_per_tensor = {results['engine'] / results['engine_per_tensor']:.2f}x")
+    if "child_push_cuda_ipc" in results:
+        ratio = results["child_push_shm"] / results["child_push_cuda_ipc"]
+        print(f"  second process: cuda_ipc {ratio:.2f}x faster than shm; transports used: {counts}")
     for name, nbytes in copied.items():
         print(f"  {name} copied {nbytes / 1e6:.1f} MB to the host")
     print("cProfile of one engine.update_weights call, by own time:")
@@ -183,6 +248,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = {
         "preset": args.preset, "device": machine_name(args.device), "dtype": str(dtype), "tensors": len(tensors),
         "bytes": size, "repeats": args.repeats, "median_s": results, "sleep_copied_bytes": copied,
+        "transports": counts,
     }  # fmt: skip
     if args.out:
         path = pathlib.Path(args.out) / f"bench_lora_sync_{device.type}_{args.preset}.json"

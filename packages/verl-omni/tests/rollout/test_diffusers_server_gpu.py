@@ -140,3 +140,59 @@ def test_gpu_engine_update_from_host_tensors_equals_update_from_device_tensors(m
         assert served[kind][0].keys() == served["cuda"][0].keys()
         assert all(torch.equal(served[kind][0][n], served["cuda"][0][n]) for n in served["cuda"][0])
         assert torch.equal(served[kind][1], served["cuda"][1])
+
+
+_PUSHER = """
+import json, sys
+import torch
+from verl_omni.testing import random_transformer_lora
+from verl_omni.trainer.weight_push import WeightPusher
+
+address, path, version = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tensors, peft_config = random_transformer_lora(path, seed=1)
+host = {n: t.to(torch.bfloat16) for n, t in tensors.items()}
+flat = torch.cat([t.reshape(-1) for t in host.values()]).cuda()  # one flat buffer, as the engine exports
+weights = {n: p.view(t.shape) for (n, t), p in zip(host.items(), flat.split([t.numel() for t in host.values()]))}
+pusher = WeightPusher("auto")
+assert pusher.wants_device_tensors([address])
+sent = pusher.push([address], weights, version=version, peft_config=peft_config, bucket_bytes=1 << 20, timeout_s=120)
+flat.fill_(0)  # after the answer the server holds its own copies
+torch.cuda.synchronize()
+pusher.close()
+print(json.dumps(sent))
+"""
+
+
+@pytest.mark.parametrize("model", ["qwen_image"])
+def test_gpu_lora_pushed_by_cuda_ipc_from_another_process_equals_the_host_update(model, request):
+    """The trainer's path on one GPU: rank 0 shares its GPU export, the server copies it device to device."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = request.getfixturevalue(f"tiny_{model}_path")
+    config = DiffusionRolloutConfig(dtype="bfloat16", device="cuda", n=4).with_model(str(path))
+    server = DiffusersHttpServer(config)
+    run(server.launch())
+    try:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        argv = [sys.executable, "-c", _PUSHER, server.address, str(path), "4"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {"shm_servers": 0.0, "cuda_ipc_servers": 1.0}
+        assert server.metrics_snapshot()["counters"]["weight_updates_cuda_ipc"] == 1
+        by_ipc = run(server.generate(REQUEST))
+        assert by_ipc.weight_version == 4
+        tensors, peft_config = random_transformer_lora(path, seed=1)
+        bf16 = {n: t.to(torch.bfloat16) for n, t in tensors.items()}
+        served = run(server.served_weights(list(bf16), kind="lora"))
+        assert all(torch.equal(served[n], t.to(served[n].dtype)) for n, t in bf16.items())
+        run(server.sleep(level=1))  # the kept host copy (made from the device views) survives a sleep
+        run(server.wake_up())
+        assert canonical(run(server.generate(REQUEST)).trajectory) == canonical(by_ipc.trajectory)
+        run(server.update_weights(bf16, version=5, kind="lora", peft_config=peft_config))
+        by_host = run(server.generate(REQUEST))
+        assert canonical(by_host.trajectory) == canonical(by_ipc.trajectory)  # the same weights, the same floats
+    finally:
+        run(server.shutdown())

@@ -55,3 +55,18 @@ def test_staged_to_device_moves_values_in_chunks_on_cuda(pinned):
     for i, s in enumerate(sources):
         assert moved[i].device.type == "cuda" and moved[i].dtype == s.dtype and moved[i].shape == s.shape
         assert torch.equal(moved[i].cpu(), s)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_packed_copy_to_pinned_host_keeps_values_after_a_sync():
+    sources = [
+        torch.randn(5, 3, device="cuda"),
+        torch.randn(7, device="cuda").bfloat16(),
+        torch.randn(2, device="cuda"),
+    ]
+    copies = packed_copy(sources, pin=True, device="cpu")
+    torch.cuda.synchronize()
+    assert all(c.device.type == "cpu" and c.is_pinned() for c in copies)
+    assert all(torch.equal(c, s.cpu()) for c, s in zip(copies, sources))
+    assert copies[0].untyped_storage().data_ptr() == copies[2].untyped_storage().data_ptr()  # one buffer per dtype

@@ -52,4 +52,5 @@ def test_gpus_colocated_nccl(ray_gpus, trainer_run, tmp_path, n_gpus, rollout_dt
         assert abs(first["actor/ratio_mean"] - 1) < 1e-4 and first["actor/rollout_logprob_diff_max"] < 1e-3
     for row in run.history:
         assert row["perf/max_memory_allocated_gb/update_actor"] > 0
+        assert row["perf/weight_sync_cuda_ipc_servers"] >= 1  # rank 0's server shares its GPU: no host hop
     assert not torch.equal(run.val_images[0], run.val_images[3])

@@ -56,7 +56,10 @@ def test_loopback_servers_get_the_segment_written_once_and_reused(server, llm):
     try:
         for seed in (1, 2):
             weights = random_state_dict(llm, seed=seed)
-            assert _push(pusher, server, weights, server.weight_version + 1) == {"shm_servers": 1.0}
+            assert _push(pusher, server, weights, server.weight_version + 1) == {
+                "shm_servers": 1.0,
+                "cuda_ipc_servers": 0.0,
+            }
             assert _served_equal(server, weights)
         assert pusher.segment is not None and pusher.segment.generation == 2
         assert len(_segments() - before) == 1
@@ -70,7 +73,7 @@ def test_transport_http_streams_to_loopback_servers_too(server, llm):
     pusher = WeightPusher("http")
     updates, shm = _counters(server)
     weights = random_state_dict(llm, seed=3)
-    assert _push(pusher, server, weights, server.weight_version + 1) == {"shm_servers": 0.0}
+    assert _push(pusher, server, weights, server.weight_version + 1) == {"shm_servers": 0.0, "cuda_ipc_servers": 0.0}
     assert _served_equal(server, weights) and pusher.segment is None
     assert _counters(server) == (updates + 1, shm)
 
@@ -86,7 +89,10 @@ def test_no_room_for_the_segment_warns_once_and_falls_back_to_http(server, llm, 
     with caplog.at_level(logging.WARNING, logger="verl_omni.trainer.weight_push"):
         for seed in (4, 5):
             weights = random_state_dict(llm, seed=seed)
-            assert _push(pusher, server, weights, server.weight_version + 1) == {"shm_servers": 0.0}
+            assert _push(pusher, server, weights, server.weight_version + 1) == {
+                "shm_servers": 0.0,
+                "cuda_ipc_servers": 0.0,
+            }
             assert _served_equal(server, weights)
     warnings = [r.getMessage() for r in caplog.records if r.name == "verl_omni.trainer.weight_push"]
     assert len(warnings) == 1 and handoff_dir() in warnings[0] and "No space left" in warnings[0], warnings

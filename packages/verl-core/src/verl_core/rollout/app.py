@@ -25,6 +25,7 @@ from verl_core.rollout.net import parse_json, read_body
 from verl_core.rollout.protocol import (
     AbortRequest,
     AbortResponse,
+    CudaIpcWeightUpdateRequest,
     ShmWeightUpdateRequest,
     SleepRequest,
     StateResponse,
@@ -123,6 +124,19 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
         req = parse_json(ShmWeightUpdateRequest, raw)
         out = await server.update_weights_shm(
             req.segment, version=req.version, kind=req.kind, peft_config=req.peft_config, bucket_bytes=req.bucket_bytes
+        )
+        return Response(out.model_dump_json(), media_type="application/json")
+
+    @app.post("/update_weights_cuda_ipc")
+    async def update_weights_cuda_ipc(request: Request) -> Response:
+        wait = server.config.weight_sync_timeout_s
+        try:
+            raw = await asyncio.wait_for(read_body(request, MAX_HEADER_BYTES), wait)
+        except asyncio.TimeoutError:
+            raise WeightSyncError(f"no complete body within {wait:g} s (rollout.weight_sync_timeout_s)") from None
+        req = parse_json(CudaIpcWeightUpdateRequest, raw)
+        out = await server.update_weights_cuda_ipc(
+            req.cuda_ipc, version=req.version, kind=req.kind, peft_config=req.peft_config, bucket_bytes=req.bucket_bytes
         )
         return Response(out.model_dump_json(), media_type="application/json")
 

@@ -115,16 +115,29 @@ class RolloutClient:
 
         Do not write the segment again before this call returns (`verl_core.rollout.shm_weights`).
         """
-        body = {
-            "segment": dict(segment),
-            "version": version,
-            "kind": kind,
-            "peft_config": peft_config,
-            "bucket_bytes": bucket_bytes,
-        }
+        update = {"version": version, "kind": kind, "peft_config": peft_config, "bucket_bytes": bucket_bytes}
+        return await self._post_descriptor("/update_weights_shm", {"segment": dict(segment), **update})
+
+    async def update_weights_cuda_ipc(
+        self,
+        descriptor: Mapping[str, Any],
+        *,
+        version: int,
+        kind: WeightKind = "full",
+        peft_config: dict[str, Any] | None = None,
+        bucket_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """POST /update_weights_cuda_ipc: load the GPU tensors a `share_cuda` descriptor names (same host only).
+
+        Keep the shared tensors alive and unwritten until this call returns (`verl_core.rollout.cuda_ipc_weights`).
+        """
+        update = {"version": version, "kind": kind, "peft_config": peft_config, "bucket_bytes": bucket_bytes}
+        return await self._post_descriptor("/update_weights_cuda_ipc", {"cuda_ipc": dict(descriptor), **update})
+
+    async def _post_descriptor(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         content = json.dumps(body, separators=(",", ":"), default=_sets_as_lists).encode()  # PEFT's target sets
         headers = {"content-type": "application/json"}
-        return await self._post("/update_weights_shm", content=content, headers=headers, timeout=self.weight_timeout_s)
+        return await self._post(route, content=content, headers=headers, timeout=self.weight_timeout_s)
 
     async def health(self) -> dict[str, Any]:
         """GET /health."""

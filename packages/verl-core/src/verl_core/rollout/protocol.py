@@ -107,6 +107,18 @@ class ShmWeightUpdateRequest(BaseModel):
     bucket_bytes: int | None = None
 
 
+class CudaIpcWeightUpdateRequest(BaseModel):
+    """`POST /update_weights_cuda_ipc`: a `share_cuda` descriptor plus the update's version, kind and PEFT config."""
+
+    model_config = _REQUEST
+
+    cuda_ipc: dict[str, Any]
+    version: int = Field(ge=0)
+    kind: Literal["full", "lora"] = "full"
+    peft_config: dict[str, Any] | None = None
+    bucket_bytes: int | None = None
+
+
 class StateResponse(BaseModel):
     """Server state after a lifecycle call."""
 

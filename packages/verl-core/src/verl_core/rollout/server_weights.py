@@ -1,9 +1,10 @@
-"""`WeightSyncMixin`: the weight-sync half of `RolloutHttpServer` (in-process, framed stream, shm segment, read-back).
+"""`WeightSyncMixin`: the weight-sync half of `RolloutHttpServer` (in-process, stream, shm, CUDA IPC, read-back).
 
 `update_weights` (tensors in this process), the `/update_weights` route (a framed byte stream, see
-`verl_core.rollout.weights`) and `update_weights_shm` (a same-host segment, see `verl_core.rollout.shm_weights`)
-all end in `_apply_update`, which feeds the buckets to the `_engine_*` weight hooks under the server's exclusive
-lifecycle lock and timeouts. `served_weights` reads the served tensors back for checks.
+`verl_core.rollout.weights`), `update_weights_shm` (a same-host segment, see `verl_core.rollout.shm_weights`) and
+`update_weights_cuda_ipc` (the sender's GPU tensors, see `verl_core.rollout.cuda_ipc_weights`) all end in
+`_apply_update`, which feeds the buckets to the `_engine_*` weight hooks under the server's exclusive lifecycle
+lock and timeouts. `served_weights` reads the served tensors back for checks.
 
 The mixin sets its own state (`_init_weight_sync`); `RolloutHttpServer` (`verl_core.rollout.server`) provides the
 loop, timeout and lock helpers it uses, and `readiness` refuses generates after a full update failed halfway.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from verl_core.rollout.cuda_ipc_weights import open_cuda_ipc
 from verl_core.rollout.engine_hooks import EngineHooks
 from verl_core.rollout.errors import WeightSyncError
 from verl_core.rollout.protocol import WeightUpdateResponse
@@ -114,9 +116,7 @@ class WeightSyncMixin(EngineHooks):
         Raises:
             WeightSyncError: a bad descriptor, file or entry (named by `field`), or what `update_weights` raises.
         """
-        size = bucket_bytes or self.config.update_weights_bucket_bytes
-        if not isinstance(size, int) or not 64 <= size <= self.config.max_bucket_bytes:
-            raise WeightSyncError(f"bucket_bytes must be in [64, {self.config.max_bucket_bytes}]", field="bucket_bytes")
+        size = self._descriptor_bucket_bytes(bucket_bytes)
 
         async def apply() -> WeightUpdateResponse:
             mapped = self.weight_segments.open(segment)
@@ -126,6 +126,45 @@ class WeightSyncMixin(EngineHooks):
             return out
 
         return await self._on_loop(apply())
+
+    async def update_weights_cuda_ipc(
+        self,
+        descriptor: Mapping[str, Any],
+        *,
+        version: int,
+        kind: WeightKind = "full",
+        peft_config: dict[str, Any] | None = None,
+        bucket_bytes: int | None = None,
+    ) -> WeightUpdateResponse:
+        """Load the weights a same-host sender shares on its GPU (`verl_core.rollout.cuda_ipc_weights.share_cuda`).
+
+        The descriptor is checked and the handles opened (on the sender's GPU, found by UUID) before a byte is
+        applied; the engine hooks get device views in buckets and copy what they keep. The views are dropped, after
+        the device copies finished, before this returns.
+
+        Raises:
+            WeightSyncError: a bad descriptor or entry, the sender's GPU not visible or its handles not opening
+                (named by `field`), or what `update_weights` raises.
+        """
+        size = self._descriptor_bucket_bytes(bucket_bytes)
+
+        async def apply() -> WeightUpdateResponse:
+            opened = open_cuda_ipc(descriptor)
+            try:
+                update = WeightUpdate(version, kind, opened.specs, peft_config)
+                out = await self._apply_update(update, opened.buckets(update, size))
+            finally:
+                opened.close()
+            self.metrics.count("weight_updates_cuda_ipc")
+            return out
+
+        return await self._on_loop(apply())
+
+    def _descriptor_bucket_bytes(self, bucket_bytes: int | None) -> int:
+        size = bucket_bytes or self.config.update_weights_bucket_bytes
+        if not isinstance(size, int) or not 64 <= size <= self.config.max_bucket_bytes:
+            raise WeightSyncError(f"bucket_bytes must be in [64, {self.config.max_bucket_bytes}]", field="bucket_bytes")
+        return size
 
     async def served_weights(self, names: Iterable[str], *, kind: WeightKind = "full") -> dict[str, torch.Tensor]:
         """CPU copies of the tensors the engine serves now under `names` (for checks, e.g. the contract suite).

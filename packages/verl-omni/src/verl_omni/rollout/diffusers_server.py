@@ -104,6 +104,7 @@ class DiffusersHttpServer(RolloutHttpServer):
         self._table: dict[str, torch.Tensor] = {}
         self._lora: tuple[dict[str, Any], dict[str, torch.Tensor]] | None = None  # served (config, host tensors)
         self._lora_pending: dict[str, torch.Tensor] = {}
+        self._lora_device: dict[str, torch.Tensor] = {}  # a CUDA IPC update's device views, until it finishes
         self._lora_previous: list[Any] = []  # [previous _lora] while an update swapped the adapter
         self._full_version: int | None = None
         self._images = 0
@@ -264,8 +265,13 @@ class DiffusersHttpServer(RolloutHttpServer):
             await self._run_blocking(self._require_engine("update_weights").update_weights, tensors)
         else:
             pin = self._device.type == "cuda"  # kept for a reload too: one packed (pinned) copy, not a clone each
-            copies = packed_copy([t for _, t in tensors], pin=pin)
-            self._lora_pending.update((canonical_weight_name(name), c) for (name, _), c in zip(tensors, copies))
+            names, sources = [canonical_weight_name(n) for n, _ in tensors], [t for _, t in tensors]
+            if all(t.device.type == "cuda" for t in sources):  # CUDA IPC views: the engine copies device to device
+                self._lora_device.update(zip(names, sources))
+                copies = packed_copy(sources, pin=True, device="cpu")  # the kept copy, asynchronously
+            else:
+                copies = packed_copy(sources, pin=pin)
+            self._lora_pending.update(zip(names, copies))
 
     async def _engine_load_slice(self, update: WeightUpdate, name: str, start: int, chunk: torch.Tensor) -> None:
         if update.kind != "full":
@@ -285,11 +291,12 @@ class DiffusersHttpServer(RolloutHttpServer):
         engine = self._require_engine("update_weights")
         config = _peft_dict(update.peft_config)
         pending, self._lora_pending = self._lora_pending, {}
-        await self._run_blocking(lambda: engine.update_weights(pending, lora_config=_lora_config(config)))
+        load, self._lora_device = {**pending, **self._lora_device}, {}  # device sources where the update has them
+        await self._run_blocking(lambda: engine.update_weights(load, lora_config=_lora_config(config)))
         self._lora, self._lora_previous = (config, pending), []
 
     async def _engine_abort_weights(self, update: WeightUpdate) -> None:
-        self._table, self._lora_pending = {}, {}
+        self._table, self._lora_pending, self._lora_device = {}, {}, {}
         if update.kind == "lora":
             await self._run_blocking(self._restore_lora)
         elif self._engine is not None:  # the base weights written so far are served with the adapter merged in
@@ -306,7 +313,7 @@ class DiffusersHttpServer(RolloutHttpServer):
         return out
 
     async def _engine_shutdown(self) -> None:
-        self._engine, self._table, self._lora_pending = None, {}, {}
+        self._engine, self._table, self._lora_pending, self._lora_device = None, {}, {}, {}
         gc.collect()
 
     def _engine_metrics(self) -> dict[str, Any]:

@@ -66,20 +66,30 @@ def staged_to_device(
         yield sorted(out, key=lambda pair: pair[0])
 
 
-def packed_copy(tensors: Sequence[torch.Tensor], *, pin: bool = False) -> list[torch.Tensor]:
-    """Copies of `tensors` (same values, shapes, dtypes, devices), packed into one flat buffer per device and dtype.
+def packed_copy(
+    tensors: Sequence[torch.Tensor], *, pin: bool = False, device: str | torch.device | None = None
+) -> list[torch.Tensor]:
+    """Copies of `tensors` (same values, shapes, dtypes), packed into one flat buffer per device and dtype.
 
     One allocation and one pass per group instead of a `clone()` each; with `pin` (needs CUDA) host buffers are
-    pinned, so `staged_to_device` moves the copies asynchronously without packing them again.
+    pinned, so `staged_to_device` moves the copies asynchronously without packing them again. With `device` the
+    copies live there (default: each tensor's own device); device-to-pinned-host copies are asynchronous, so
+    synchronize the source's stream before reading them on the host.
     """
+    target = None if device is None else torch.device(device)
     out: list[torch.Tensor | None] = [None] * len(tensors)
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    groups: dict[tuple[torch.device, torch.device, torch.dtype], list[int]] = {}
     for i, t in enumerate(tensors):
-        groups.setdefault((t.device, t.dtype), []).append(i)
-    for (device, dtype), idx in groups.items():
+        groups.setdefault((t.device, target or t.device, t.dtype), []).append(i)
+    for (source, dest, dtype), idx in groups.items():
         sizes = [tensors[i].numel() for i in idx]
-        flat = torch.empty(sum(sizes), dtype=dtype, device=device, pin_memory=pin and device.type == "cpu")
-        torch.cat([tensors[i].reshape(-1) for i in idx], out=flat)
+        pinned = pin and dest.type == "cpu"
+        flat = torch.empty(sum(sizes), dtype=dtype, device=dest, pin_memory=pinned)
+        parts = [tensors[i].reshape(-1) for i in idx]
+        if source == dest:
+            torch.cat(parts, out=flat)
+        else:  # pack on the source's device, then one transfer
+            flat.copy_(torch.cat(parts), non_blocking=pinned or dest.type != "cpu")
         for i, piece in zip(idx, flat.split(sizes)):
             out[i] = piece.view(tensors[i].shape)
     return out  # type: ignore[return-value]

@@ -247,7 +247,7 @@ class FlowGRPOTrainer:
             rollout_cfg.update_weights_bucket_bytes,
             rollout_cfg.weight_sync_timeout_s,
             torch_dtype_name(rollout_cfg.dtype),  # the servers compute in it: bf16 halves the bytes of fp32 masters
-            rollout_cfg.update_weights_transport,  # "auto": loopback servers read a shared-memory segment
+            rollout_cfg.update_weights_transport,  # "auto": loopback servers take GPU handles or a shm segment
         )[0]
         served = c.rollout.weight_versions()
         stale = {rank: v for rank, v in served.items() if v != version}
@@ -261,6 +261,7 @@ class FlowGRPOTrainer:
             "rollout/weight_version": float(version),
             "perf/weight_sync_bytes": pushed["bytes"],
             "perf/weight_sync_shm_servers": pushed.get("shm_servers", 0.0),
+            "perf/weight_sync_cuda_ipc_servers": pushed.get("cuda_ipc_servers", 0.0),
             "timing_s/weight_export": pushed["export_s"],
             "timing_s/weight_send": pushed["send_s"],
             "timing_s/rollout_wake": wake_s,

@@ -1,8 +1,11 @@
-"""`WeightPusher`: the actor's side of the weight sync, over a reused shared-memory segment or the HTTP stream.
+"""`WeightPusher`: the actor's side of the weight sync, over CUDA IPC, a reused shared-memory segment or HTTP.
 
-Servers at a loopback address get the weights through one `verl_core.rollout.shm_weights.WeightSegment`, written
-once per push and kept for the pusher's lifetime; the others (and all of them with `transport="http"`, or once the
-segment could not be allocated) get the framed HTTP stream (`RolloutClient.update_weights`).
+Servers at a loopback address get weights exported on the GPU as CUDA IPC handles (`verl_core.rollout.
+cuda_ipc_weights`: the server copies device to device) and host weights through one
+`verl_core.rollout.shm_weights.WeightSegment`, written once per push and kept for the pusher's lifetime. A server
+that cannot open the sender's GPU (another GPU, not visible to it) is told so once and gets the segment from then
+on. The others (and all of them with `transport="http"`, or once the segment could not be allocated) get the
+framed HTTP stream (`RolloutClient.update_weights`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 import torch
 
 from verl_core.rollout.client import RolloutClient
+from verl_core.rollout.cuda_ipc_weights import share_cuda
+from verl_core.rollout.errors import WeightSyncError
 from verl_core.rollout.handoff import is_loopback
 from verl_core.rollout.shm_weights import SegmentAllocationError, WeightSegment
 
@@ -26,8 +31,8 @@ class WeightPusher:
     """Push weight updates to rollout servers; owns the shared-memory segment (call `close` when done).
 
     Args:
-        transport (`str`, *optional*, defaults to `"auto"`): `"auto"` (shared memory for loopback servers) or
-            `"http"` (the stream for every server), as `rollout.update_weights_transport`.
+        transport (`str`, *optional*, defaults to `"auto"`): `"auto"` (CUDA IPC or shared memory for loopback
+            servers) or `"http"` (the stream for every server), as `rollout.update_weights_transport`.
     """
 
     def __init__(self, transport: str = "auto") -> None:
@@ -36,6 +41,11 @@ class WeightPusher:
         self.transport = transport
         self.segment: WeightSegment | None = None
         self._shm_failed = False
+        self._no_ipc: set[str] = set()  # servers that could not open this process's GPU handles
+
+    def wants_device_tensors(self, addresses: list[str]) -> bool:
+        """True when a push of GPU tensors would reach some server by CUDA IPC (export on the GPU then)."""
+        return self.transport == "auto" and any(is_loopback(a) and a.rstrip("/") not in self._no_ipc for a in addresses)
 
     def push(
         self,
@@ -47,24 +57,55 @@ class WeightPusher:
         bucket_bytes: int,
         timeout_s: float,
     ) -> dict[str, float]:
-        """Send `weights` as `version` to every server (each bounded by `timeout_s`); return `{"shm_servers": k}`.
+        """Send `weights` as `version` to every server (each bounded by `timeout_s`).
+
+        Returns:
+            `{"shm_servers": k, "cuda_ipc_servers": m}`: how many servers got the segment and the GPU handles.
 
         Raises:
             RolloutError: a server rejected the update or did not answer in time.
         """
-        local = [a for a in addresses if self.transport == "auto" and not self._shm_failed and is_loopback(a)]
-        descriptor = self._write(weights) if local else None
-        shm = {a.rstrip("/") for a in local} if descriptor is not None else set()
+        on_gpu = bool(weights) and all(t.device.type == "cuda" for t in weights.values())
+        auto = [a.rstrip("/") for a in addresses if self.transport == "auto" and is_loopback(a)]
+        ipc = {a for a in auto if on_gpu and a not in self._no_ipc}
+        shared = share_cuda(weights) if ipc else None
+        written: list[dict[str, Any] | None] = []  # the segment descriptor, written on first need
+
+        def segment() -> dict[str, Any] | None:
+            if not written:
+                written.append(None if self._shm_failed else self._write(weights))
+            return written[0]
+
+        shm: set[str] = set()
+        for a in auto:
+            if a not in ipc and segment() is not None:
+                shm.add(a)
         kind = "lora" if peft_config is not None else "full"
+        update = {"version": version, "kind": kind, "peft_config": peft_config, "bucket_bytes": bucket_bytes}
+
+        async def host_path(client: RolloutClient) -> Any:
+            descriptor = segment() if client.address in auto else None
+            if descriptor is not None:
+                shm.add(client.address)
+                return await client.update_weights_shm(descriptor, **update)
+            return await client.update_weights(weights, **update)
 
         async def one(client: RolloutClient) -> Any:
-            if client.address in shm:
-                return await client.update_weights_shm(
-                    descriptor, version=version, kind=kind, peft_config=peft_config, bucket_bytes=bucket_bytes
+            if client.address not in ipc:
+                return await host_path(client)
+            try:
+                return await client.update_weights_cuda_ipc(shared, **update)
+            except WeightSyncError as e:
+                if e.field not in ("device_uuid", "cuda_ipc"):
+                    raise
+                logger.warning(
+                    "weight sync: server %s cannot open this process's GPU memory (%s); it gets the weights "
+                    "through shared memory or HTTP from now on",
+                    client.address,
+                    e,
                 )
-            return await client.update_weights(
-                weights, version=version, kind=kind, peft_config=peft_config, bucket_bytes=bucket_bytes
-            )
+                self._no_ipc.add(client.address)
+                return await host_path(client)
 
         async def all_servers() -> None:
             clients = [RolloutClient(a, rank=r, weight_timeout_s=timeout_s) for r, a in enumerate(addresses)]
@@ -74,7 +115,11 @@ class WeightPusher:
                 await asyncio.gather(*(c.aclose() for c in clients))
 
         asyncio.run(all_servers())
-        return {"shm_servers": float(sum(a.rstrip("/") in shm for a in addresses))}
+        served = [a.rstrip("/") for a in addresses]
+        return {
+            "shm_servers": float(sum(a in shm for a in served)),
+            "cuda_ipc_servers": float(sum(a in ipc and a not in self._no_ipc for a in served)),
+        }
 
     def close(self) -> None:
         """Unlink the segment (idempotent)."""

@@ -148,8 +148,9 @@ class ActorWorker:
     ) -> dict[str, float]:
         """Gather the trainable weights (a collective) and, on rank 0, send them to every rollout server.
 
-        The export is the engine's fast path: gathered and cast on the device, one transfer into a pinned host
-        buffer that the engine reuses from step to step (this call drops its views before returning).
+        The export is the engine's fast path: gathered and cast on the device into one flat buffer that the engine
+        reuses from step to step, left on the GPU when a server on this host takes it by CUDA IPC, else moved in one
+        transfer into pinned host memory (this call drops its views before returning).
 
         Args:
             targets (`list[str]`): the rollout servers' HTTP addresses, rank order (`RolloutClient.update_weights`).
@@ -158,22 +159,27 @@ class ActorWorker:
             timeout_s (`float`): bound of each server's update.
             dtype (`str`, *optional*): cast to this dtype on the device before sending (e.g. `"bfloat16"`, the
                 rollout's dtype: half the bytes of fp32); default: the master dtype.
-            transport (`str`, *optional*, defaults to `"auto"`): `rollout.update_weights_transport`: `"auto"` writes
-                the weights once into this worker's shared-memory segment for loopback servers (`WeightPusher`).
+            transport (`str`, *optional*, defaults to `"auto"`): `rollout.update_weights_transport`: `"auto"` shares
+                the GPU export by CUDA IPC, or writes it once into this worker's shared-memory segment, for
+                loopback servers (`WeightPusher`).
 
         Returns:
-            `{"bytes", "export_s", "send_s", "shm_servers"}` (rank 0; zeros elsewhere).
+            `{"bytes", "export_s", "send_s", "shm_servers", "cuda_ipc_servers"}` (rank 0; zeros elsewhere).
         """
-        start = time.perf_counter()
-        weights = self.engine.export_weights(dtype=getattr(torch, dtype) if dtype else None)
-        export_s = time.perf_counter() - start
-        if self.rank != 0:
-            return {"bytes": 0.0, "export_s": export_s, "send_s": 0.0, "shm_servers": 0.0}
-        peft_config = self._peft_config() if self.engine.use_lora else None
-        size = float(sum(t.numel() * t.element_size() for t in weights.values()))
-        if self._pusher is None or self._pusher.transport != transport:
+        if self.rank == 0 and (self._pusher is None or self._pusher.transport != transport):
             self.close_weight_segment()
             self._pusher = WeightPusher(transport)
+        # on the GPU for CUDA IPC (rank 0, a server on this host) or to be dropped (other ranks): no host hop
+        on_gpu = self.device == "cuda" and (self.rank != 0 or self._pusher.wants_device_tensors(targets))
+        start = time.perf_counter()
+        weights = self.engine.export_weights(
+            dtype=getattr(torch, dtype) if dtype else None, device="cuda" if on_gpu else "cpu"
+        )
+        export_s = time.perf_counter() - start
+        if self.rank != 0:
+            return {"bytes": 0.0, "export_s": export_s, "send_s": 0.0, "shm_servers": 0.0, "cuda_ipc_servers": 0.0}
+        peft_config = self._peft_config() if self.engine.use_lora else None
+        size = float(sum(t.numel() * t.element_size() for t in weights.values()))
         start = time.perf_counter()
         sent = self._pusher.push(
             targets, weights, version=version, peft_config=peft_config, bucket_bytes=bucket_bytes, timeout_s=timeout_s
