@@ -125,6 +125,14 @@ for kind, weights in sources.items():
                              timeout_s=120.0)
         times.append(time.perf_counter() - t0)
     out["child_push_" + kind] = statistics.median(times[1:])
+    if kind == "cuda_ipc":  # the sender's share of it: the handles
+        from verl_core.rollout.cuda_ipc_weights import share_cuda
+        shares = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            share_cuda(weights)
+            shares.append(time.perf_counter() - t0)
+        out["child_share_cuda"] = statistics.median(shares)
     out[kind + "_counts"] = counts
 pusher.close()
 print(json.dumps(out))

@@ -188,7 +188,7 @@ def test_gpu_lora_pushed_by_cuda_ipc_from_another_process_equals_the_host_update
         bf16 = {n: t.to(torch.bfloat16) for n, t in tensors.items()}
         served = run(server.served_weights(list(bf16), kind="lora"))
         assert all(torch.equal(served[n], t.to(served[n].dtype)) for n, t in bf16.items())
-        run(server.sleep(level=1))  # the kept host copy (made from the device views) survives a sleep
+        run(server.sleep(level=2))  # drops the pipeline: the wake-up reloads it and applies the kept host copy
         run(server.wake_up())
         assert canonical(run(server.generate(REQUEST)).trajectory) == canonical(by_ipc.trajectory)
         run(server.update_weights(bf16, version=5, kind="lora", peft_config=peft_config))

@@ -15,6 +15,8 @@ other layers (DoRA, `lora_bias`, `fan_in_fan_out`, embeddings, convolutions) go 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["keep_adapter_fp32", "merge", "pristine_tensors", "restore", "wrapped_layers"]
@@ -89,13 +91,26 @@ def _merge_linear(layer: torch.nn.Module, saved: dict[str, torch.Tensor]) -> boo
             getattr(base, name).copy_(tensor)
     weight = base.weight.data
     for i, a in enumerate(adapters):
-        delta = (layer.lora_B[a].weight @ layer.lora_A[a].weight) * layer.scaling[a]
+        delta = _delta(layer.lora_B[a].weight, layer.lora_A[a].weight, layer.scaling[a])
         if i == 0:
             torch.add(saved["weight"], delta, out=weight)
         else:
             weight += delta
         layer.merged_adapters.append(a)
     return True
+
+
+def _delta(lora_b: torch.Tensor, lora_a: torch.Tensor, scaling: float) -> torch.Tensor:
+    """`(B @ A) * scaling` bit for bit; for a power-of-two `scaling` as `B @ (A * scaling)`, one pass fewer.
+
+    Scaling by a power of two is exact in floating point and commutes with every rounding of the product (barring
+    overflow and subnormals, far from LoRA's magnitudes), so the small `r x in` operand is scaled instead of the
+    `out x in` product: the merge is memory-bound and this saves a read and a write of the float32 delta.
+    """
+    mantissa, _ = math.frexp(scaling)
+    if mantissa == 0.5:
+        return lora_b @ (lora_a * scaling)
+    return (lora_b @ lora_a) * scaling
 
 
 def restore(transformer: torch.nn.Module) -> None:
