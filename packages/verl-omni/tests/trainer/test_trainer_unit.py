@@ -11,24 +11,25 @@ from verl_omni.trainer.flow_grpo_trainer import FlowGRPOTrainer, WeightSyncError
 class _Actor:
     world_size = 1
 
-    def __init__(self):
+    def __init__(self, serves_pushed: bool):
+        self.serves_pushed = serves_pushed
         self.pushed = []
         self.dtypes = []
         self.transports = []
 
     def call(self, method, *args, **kwargs):
         assert method == "push_weights"
-        self.pushed.append(args[1])
+        version = args[1]
+        self.pushed.append(version)
         self.dtypes.append(args[4])
         self.transports.append(args[5])
-        return [{"bytes": 8.0, "export_s": 0.0, "send_s": 0.0, "shm_servers": 2.0}]
+        served = [version, version if self.serves_pushed else 0]  # what the two servers answered
+        return [{"bytes": 8.0, "export_s": 0.0, "send_s": 0.0, "shm_servers": 2.0, "served_versions": served}]
 
 
 class _Rollout:
-    def __init__(self, serves_pushed: bool):
-        self.serves_pushed = serves_pushed
+    def __init__(self):
         self.woken = 0
-        self.actor = None
 
     def wake_up(self):
         self.woken += 1
@@ -36,18 +37,13 @@ class _Rollout:
     def weight_targets(self):
         return ["http://server-0", "http://server-1"]
 
-    def weight_versions(self):
-        pushed = self.actor.pushed[-1]
-        return {0: pushed, 1: pushed if self.serves_pushed else 0}
-
 
 def _trainer(tiny_qwen_image_path, serves_pushed: bool, overrides=()):
     from verl_omni.trainer.components import TrainerComponents
 
     config = load_config([f"actor_rollout_ref.model.path={tiny_qwen_image_path}", *overrides], config_name="quickstart")
     trainer = FlowGRPOTrainer(config)
-    actor, rollout = _Actor(), _Rollout(serves_pushed)
-    rollout.actor = actor
+    actor, rollout = _Actor(serves_pushed), _Rollout()
     trainer.c = TrainerComponents(
         actor=actor, rollout=rollout, reward=None, prompts=None, val_records=[], tracker=None,
         checkpoints=None, total_steps=1, device="cpu",

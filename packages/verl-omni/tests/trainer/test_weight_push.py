@@ -41,7 +41,10 @@ def _counters(server) -> tuple[int, int]:
 
 
 def _push(pusher: WeightPusher, server, weights, version: int) -> dict[str, float]:
-    return pusher.push([server.address], weights, version=version, peft_config=None, bucket_bytes=1 << 16, timeout_s=60)
+    """The push's transport counts; checks the server answered that it serves `version` now."""
+    out = pusher.push([server.address], weights, version=version, peft_config=None, bucket_bytes=1 << 16, timeout_s=60)
+    assert out.pop("served_versions") == [version] == [server.weight_version]
+    return out
 
 
 def _served_equal(server, weights) -> bool:

@@ -105,6 +105,7 @@ class DiffusersHttpServer(RolloutHttpServer):
         self._lora: tuple[dict[str, Any], dict[str, torch.Tensor]] | None = None  # served (config, host tensors)
         self._lora_pending: dict[str, torch.Tensor] = {}
         self._lora_device: dict[str, torch.Tensor] = {}  # a CUDA IPC update's device views, until it finishes
+        self._side_stream: Any = None  # torch.cuda.Stream of the kept copies of CUDA IPC updates
         self._lora_previous: list[Any] = []  # [previous _lora] while an update swapped the adapter
         self._full_version: int | None = None
         self._images = 0
@@ -268,10 +269,22 @@ class DiffusersHttpServer(RolloutHttpServer):
             names, sources = [canonical_weight_name(n) for n, _ in tensors], [t for _, t in tensors]
             if all(t.device.type == "cuda" for t in sources):  # CUDA IPC views: the engine copies device to device
                 self._lora_device.update(zip(names, sources))
-                copies = packed_copy(sources, pin=True, device="cpu")  # the kept copy, asynchronously
+                copies = self._host_copies(sources)
             else:
                 copies = packed_copy(sources, pin=pin)
             self._lora_pending.update(zip(names, copies))
+
+    def _host_copies(self, sources: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The kept pinned host copy of device tensors, made on a side stream: it overlaps the engine's merge.
+
+        The update's views stay valid until `update_weights_cuda_ipc` synchronizes the device, before it answers.
+        """
+        device = sources[0].device
+        if self._side_stream is None or self._side_stream.device != device:
+            self._side_stream = torch.cuda.Stream(device)
+        self._side_stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(self._side_stream):
+            return packed_copy(sources, pin=True, device="cpu")
 
     async def _engine_load_slice(self, update: WeightUpdate, name: str, start: int, chunk: torch.Tensor) -> None:
         if update.kind != "full":

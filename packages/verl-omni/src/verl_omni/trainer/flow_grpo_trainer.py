@@ -249,7 +249,7 @@ class FlowGRPOTrainer:
             torch_dtype_name(rollout_cfg.dtype),  # the servers compute in it: bf16 halves the bytes of fp32 masters
             rollout_cfg.update_weights_transport,  # "auto": loopback servers take GPU handles or a shm segment
         )[0]
-        served = c.rollout.weight_versions()
+        served = dict(enumerate(pushed["served_versions"]))  # each server's answer to the push
         stale = {rank: v for rank, v in served.items() if v != version}
         if stale:
             raise WeightSyncError(

@@ -35,7 +35,7 @@ class PromptSource(Protocol):
 
 
 class RolloutService(Protocol):
-    """The rollout servers: sampling with log-probs, sleep/wake, where weights go, the served weight version."""
+    """The rollout servers: sampling with log-probs, sleep/wake, where weights go."""
 
     def generate(self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int) -> TensorDict:
         """`sampling.n` trajectories per record, prompt-major, with `prompt_index`, `weight_version`, `server_rank`."""
@@ -48,9 +48,6 @@ class RolloutService(Protocol):
 
     def weight_targets(self) -> list[str]:
         """The servers' HTTP addresses, rank order (actor rank 0 streams `update_weights` to them)."""
-
-    def weight_versions(self) -> dict[int, int]:
-        """Server rank -> the weight version it serves."""
 
     def shutdown(self) -> None:
         """Stop every server."""

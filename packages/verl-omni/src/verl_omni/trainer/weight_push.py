@@ -56,11 +56,12 @@ class WeightPusher:
         peft_config: dict[str, Any] | None,
         bucket_bytes: int,
         timeout_s: float,
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """Send `weights` as `version` to every server (each bounded by `timeout_s`).
 
         Returns:
-            `{"shm_servers": k, "cuda_ipc_servers": m}`: how many servers got the segment and the GPU handles.
+            `{"shm_servers": k, "cuda_ipc_servers": m, "served_versions": [...]}`: how many servers got the segment
+            and the GPU handles, and the weight version each server (in `addresses` order) answered it serves now.
 
         Raises:
             RolloutError: a server rejected the update or did not answer in time.
@@ -107,18 +108,19 @@ class WeightPusher:
                 self._no_ipc.add(client.address)
                 return await host_path(client)
 
-        async def all_servers() -> None:
+        async def all_servers() -> list[Any]:
             clients = [RolloutClient(a, rank=r, weight_timeout_s=timeout_s) for r, a in enumerate(addresses)]
             try:
-                await asyncio.gather(*(one(c) for c in clients))
+                return await asyncio.gather(*(one(c) for c in clients))
             finally:
                 await asyncio.gather(*(c.aclose() for c in clients))
 
-        asyncio.run(all_servers())
+        answers = asyncio.run(all_servers())
         served = [a.rstrip("/") for a in addresses]
         return {
             "shm_servers": float(sum(a in shm for a in served)),
             "cuda_ipc_servers": float(sum(a in ipc and a not in self._no_ipc for a in served)),
+            "served_versions": [int(answer["weight_version"]) for answer in answers],
         }
 
     def close(self) -> None:

@@ -145,7 +145,7 @@ class ActorWorker:
         timeout_s: float,
         dtype: str | None = None,
         transport: str = "auto",
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """Gather the trainable weights (a collective) and, on rank 0, send them to every rollout server.
 
         The export is the engine's fast path: gathered and cast on the device into one flat buffer that the engine
@@ -164,7 +164,8 @@ class ActorWorker:
                 loopback servers (`WeightPusher`).
 
         Returns:
-            `{"bytes", "export_s", "send_s", "shm_servers", "cuda_ipc_servers"}` (rank 0; zeros elsewhere).
+            `{"bytes", "export_s", "send_s", "shm_servers", "cuda_ipc_servers", "served_versions"}` (rank 0; zeros
+            and no versions elsewhere); `served_versions` is the version each server answered, in `targets` order.
         """
         if self.rank == 0 and (self._pusher is None or self._pusher.transport != transport):
             self.close_weight_segment()
@@ -177,7 +178,14 @@ class ActorWorker:
         )
         export_s = time.perf_counter() - start
         if self.rank != 0:
-            return {"bytes": 0.0, "export_s": export_s, "send_s": 0.0, "shm_servers": 0.0, "cuda_ipc_servers": 0.0}
+            return {
+                "bytes": 0.0,
+                "export_s": export_s,
+                "send_s": 0.0,
+                "shm_servers": 0.0,
+                "cuda_ipc_servers": 0.0,
+                "served_versions": [],
+            }
         peft_config = self._peft_config() if self.engine.use_lora else None
         size = float(sum(t.numel() * t.element_size() for t in weights.values()))
         start = time.perf_counter()
