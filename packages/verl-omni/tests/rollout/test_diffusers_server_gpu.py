@@ -180,7 +180,11 @@ def test_gpu_lora_pushed_by_cuda_ipc_from_another_process_equals_the_host_update
         argv = [sys.executable, "-c", _PUSHER, server.address, str(path), "4"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, done.stderr[-4000:]
-        assert json.loads(done.stdout.strip().splitlines()[-1]) == {"shm_servers": 0.0, "cuda_ipc_servers": 1.0}
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+            "shm_servers": 0.0,
+            "cuda_ipc_servers": 1.0,
+            "served_versions": [4],
+        }
         assert server.metrics_snapshot()["counters"]["weight_updates_cuda_ipc"] == 1
         by_ipc = run(server.generate(REQUEST))
         assert by_ipc.weight_version == 4
