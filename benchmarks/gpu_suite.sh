@@ -15,7 +15,7 @@
 #            workload A compiled, colocated and awake, with the flow_grpo-style baseline in the same command; workload
 #            B compiled, colocated and awake. Each fits one 10-minute call of the lent machine.
 #            (`--variants compile+perprompt+http` gives the defaults before the grouped requests and the shm segment.)
-#   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, the engine's update vs per-tensor
+#   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, from a second process shm vs CUDA IPC, the engine's update vs per-tensor
 #            copies, merge vs peft, sleep / wake after a LoRA update vs full copies)
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
 set -uo pipefail

@@ -103,8 +103,9 @@ class RolloutConfig(BaseConfig):
             a server sends and a replica's clients accept.
         update_weights_bucket_bytes (`int`, *optional*, defaults to 256 MiB): bucket size senders use (>= 64).
         update_weights_transport (`str`, *optional*, defaults to `"auto"`): how senders push weights: `"auto"`
-            writes them once into a shared-memory segment for servers at a loopback address (`/update_weights_shm`)
-            and streams them over HTTP to the others; `"http"` streams to every server.
+            shares GPU tensors by CUDA IPC (`/update_weights_cuda_ipc`) or writes host tensors once into a
+            shared-memory segment (`/update_weights_shm`) for servers at a loopback address, and streams them over
+            HTTP to the others; `"http"` streams to every server.
         max_prompt_len (`int`, *optional*, defaults to `8192`): longest prompt in tokens.
         max_concurrent_requests (`int`, *optional*, defaults to `1024`): generates in flight before 503.
         sleep_level (`int`, *optional*, defaults to `1`): 1 keeps weights in host memory, 2 drops them.
