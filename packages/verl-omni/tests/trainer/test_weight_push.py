@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import errno
 import logging
 import os
@@ -102,6 +103,52 @@ def test_no_room_for_the_segment_warns_once_and_falls_back_to_http(server, llm, 
     assert _counters(server) == (updates + 2, shm)
     assert _segments() == before
     pusher.close()
+
+
+def test_a_server_that_cannot_open_the_gpu_handles_gets_the_segment_from_then_on(server, llm, monkeypatch, caplog):
+    """The fallback of a CUDA IPC push (real server and HTTP; the GPU side stood in): this CPU server answers 422
+    `device_uuid`, the pusher warns once naming it, serves it through the segment and never offers it handles again."""
+    from verl_omni.trainer import weight_push
+
+    shared = []
+
+    def share_cuda(weights):
+        shared.append(len(weights))
+        handle = base64.b64encode(b"\1" * 64).decode()
+        storage = {
+            "handle": handle,
+            "size_bytes": 1 << 20,
+            "offset_bytes": 0,
+            "ref_counter_handle": handle,
+            "ref_counter_offset": 0,
+            "event_handle": None,
+            "event_sync_required": False,
+            "nbytes": 4,
+        }
+        manifest = [{"name": "x", "dtype": "float32", "shape": [1], "storage": 0, "offset": 0}]
+        return {"device_uuid": "GPU-not-here", "storages": [storage], "manifest": manifest}  # fmt: skip
+
+    monkeypatch.setattr(weight_push, "_on_gpu", lambda weights: True)
+    monkeypatch.setattr(weight_push, "share_cuda", share_cuda)
+    pusher = WeightPusher()
+    assert pusher.wants_device_tensors([server.address])
+    updates, shm = _counters(server)
+    try:
+        with caplog.at_level(logging.WARNING, logger="verl_omni.trainer.weight_push"):
+            for seed in (6, 7):
+                weights = random_state_dict(llm, seed=seed)
+                assert _push(pusher, server, weights, server.weight_version + 1) == {
+                    "shm_servers": 1.0,
+                    "cuda_ipc_servers": 0.0,
+                }
+                assert _served_equal(server, weights)
+    finally:
+        pusher.close()
+    assert len(shared) == 1 and not pusher.wants_device_tensors([server.address])
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_omni.trainer.weight_push"]
+    assert len(warnings) == 1 and server.address in warnings[0] and "CUDA" in warnings[0], warnings
+    assert _counters(server) == (updates + 2, shm + 2)
+    assert "weight_updates_cuda_ipc" not in server.metrics_snapshot()["counters"]
 
 
 def test_an_unknown_transport_is_an_error_naming_the_key():

@@ -66,7 +66,7 @@ class WeightPusher:
         Raises:
             RolloutError: a server rejected the update or did not answer in time.
         """
-        on_gpu = bool(weights) and all(t.device.type == "cuda" for t in weights.values())
+        on_gpu = _on_gpu(weights)
         auto = [a.rstrip("/") for a in addresses if self.transport == "auto" and is_loopback(a)]
         ipc = {a for a in auto if on_gpu and a not in self._no_ipc}
         shared = share_cuda(weights) if ipc else None
@@ -146,3 +146,8 @@ class WeightPusher:
             self._shm_failed = True
             self.close()
             return None
+
+
+def _on_gpu(weights: dict[str, torch.Tensor]) -> bool:
+    """True when every tensor is on a CUDA device (the push can share them by CUDA IPC)."""
+    return bool(weights) and all(t.device.type == "cuda" for t in weights.values())
