@@ -151,6 +151,27 @@ def test_a_server_that_cannot_open_the_gpu_handles_gets_the_segment_from_then_on
     assert "weight_updates_cuda_ipc" not in server.metrics_snapshot()["counters"]
 
 
+def test_gpu_memory_that_cannot_be_shared_warns_once_and_uses_the_segment(server, llm, monkeypatch, caplog):
+    from verl_omni.trainer import weight_push
+
+    def share_cuda(weights):
+        raise RuntimeError("expandable segments cannot be shared")
+
+    monkeypatch.setattr(weight_push, "_on_gpu", lambda weights: True)
+    monkeypatch.setattr(weight_push, "share_cuda", share_cuda)
+    pusher = WeightPusher()
+    try:
+        with caplog.at_level(logging.WARNING, logger="verl_omni.trainer.weight_push"):
+            for seed in (8, 9):
+                weights = random_state_dict(llm, seed=seed)
+                assert _push(pusher, server, weights, server.weight_version + 1)["shm_servers"] == 1.0
+                assert _served_equal(server, weights)
+    finally:
+        pusher.close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_omni.trainer.weight_push"]
+    assert len(warnings) == 1 and "expandable segments" in warnings[0], warnings
+
+
 def test_an_unknown_transport_is_an_error_naming_the_key():
     with pytest.raises(ValueError, match="update_weights_transport"):
         WeightPusher("nccl")

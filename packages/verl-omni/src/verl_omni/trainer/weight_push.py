@@ -69,7 +69,9 @@ class WeightPusher:
         on_gpu = _on_gpu(weights)
         auto = [a.rstrip("/") for a in addresses if self.transport == "auto" and is_loopback(a)]
         ipc = {a for a in auto if on_gpu and a not in self._no_ipc}
-        shared = share_cuda(weights) if ipc else None
+        shared = self._share(weights, ipc) if ipc else None
+        if shared is None:
+            ipc = set()
         written: list[dict[str, Any] | None] = []  # the segment descriptor, written on first need
 
         def segment() -> dict[str, Any] | None:
@@ -122,6 +124,21 @@ class WeightPusher:
             "cuda_ipc_servers": float(sum(a in ipc and a not in self._no_ipc for a in served)),
             "served_versions": [int(answer["weight_version"]) for answer in answers],
         }
+
+    def _share(self, weights: dict[str, torch.Tensor], servers: set[str]) -> dict[str, Any] | None:
+        """`share_cuda(weights)`, or None (and no CUDA IPC from now on) when this process cannot share them."""
+        try:
+            return share_cuda(weights)
+        except RuntimeError as e:  # e.g. an allocator whose memory cannot be exported; WeightSyncError is a bug
+            if isinstance(e, WeightSyncError):
+                raise
+            logger.warning(
+                "weight sync: cannot share this process's GPU memory by CUDA IPC (%s); the servers on this host get "
+                "the weights through shared memory or HTTP from now on",
+                e,
+            )
+            self._no_ipc.update(servers)
+            return None
 
     def close(self) -> None:
         """Unlink the segment (idempotent)."""
