@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from tensordict import TensorDictBase
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from verl_core.rollout.server import RolloutHttpServer
 
 __all__ = ["build_app"]
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def build_app(server: RolloutHttpServer) -> FastAPI:
@@ -114,30 +118,24 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
             raise
         return Response(out.model_dump_json(), media_type="application/json")
 
-    @app.post("/update_weights_shm")
-    async def update_weights_shm(request: Request) -> Response:
+    async def descriptor_request(request: Request, model: type[M]) -> M:
         wait = server.config.weight_sync_timeout_s  # a stalled sender must not hold the handler forever
         try:
             raw = await asyncio.wait_for(read_body(request, MAX_HEADER_BYTES), wait)
         except asyncio.TimeoutError:
             raise WeightSyncError(f"no complete body within {wait:g} s (rollout.weight_sync_timeout_s)") from None
-        req = parse_json(ShmWeightUpdateRequest, raw)
-        out = await server.update_weights_shm(
-            req.segment, version=req.version, kind=req.kind, peft_config=req.peft_config, bucket_bytes=req.bucket_bytes
-        )
+        return parse_json(model, raw)
+
+    @app.post("/update_weights_shm")
+    async def update_weights_shm(request: Request) -> Response:
+        req = await descriptor_request(request, ShmWeightUpdateRequest)
+        out = await server.update_weights_shm(req.segment, **req.update_kwargs())
         return Response(out.model_dump_json(), media_type="application/json")
 
     @app.post("/update_weights_cuda_ipc")
     async def update_weights_cuda_ipc(request: Request) -> Response:
-        wait = server.config.weight_sync_timeout_s
-        try:
-            raw = await asyncio.wait_for(read_body(request, MAX_HEADER_BYTES), wait)
-        except asyncio.TimeoutError:
-            raise WeightSyncError(f"no complete body within {wait:g} s (rollout.weight_sync_timeout_s)") from None
-        req = parse_json(CudaIpcWeightUpdateRequest, raw)
-        out = await server.update_weights_cuda_ipc(
-            req.cuda_ipc, version=req.version, kind=req.kind, peft_config=req.peft_config, bucket_bytes=req.bucket_bytes
-        )
+        req = await descriptor_request(request, CudaIpcWeightUpdateRequest)
+        out = await server.update_weights_cuda_ipc(req.cuda_ipc, **req.update_kwargs())
         return Response(out.model_dump_json(), media_type="application/json")
 
     return app

@@ -200,14 +200,8 @@ def _check_storages(storages: Any) -> list[dict[str, Any]]:
             entry[key] = value
         for key in _HANDLES:
             value = s.get(key)
-            if value is None and key == "event_handle":
-                entry[key] = None
-                continue
-            try:
-                entry[key] = base64.b64decode(value, validate=True) if isinstance(value, str) else None
-            except binascii.Error:
-                entry[key] = None
-            if not entry[key]:
+            entry[key] = None if value is None and key == "event_handle" else _handle_bytes(value)
+            if entry[key] is False:
                 raise WeightSyncError(f"storages[{i}].{key} must be non-empty base64, got {value!r}", field="storages")
         if not isinstance(s.get("event_sync_required"), bool):
             raise WeightSyncError(f"storages[{i}].event_sync_required must be a bool", field="storages")
@@ -216,6 +210,16 @@ def _check_storages(storages: Any) -> list[dict[str, Any]]:
             raise WeightSyncError(f"storages[{i}].nbytes exceeds its size_bytes", field="storages")
         out.append(entry)
     return out
+
+
+def _handle_bytes(value: Any) -> bytes | bool:
+    """The bytes of a non-empty base64 string, else False."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return base64.b64decode(value, validate=True) or False
+    except binascii.Error:
+        return False
 
 
 def _check_manifest(manifest: Any, storages: list[dict[str, Any]]) -> tuple[list[TensorSpec], list[tuple[int, int]]]:

@@ -95,28 +95,32 @@ class WakeUpRequest(BaseModel):
     tags: list[Literal["weights", "kv_cache"]] | None = None
 
 
-class ShmWeightUpdateRequest(BaseModel):
+class _DescriptorUpdateRequest(BaseModel):
+    """A weight update whose tensors travel out of band: the update's version, kind, PEFT config, bucket size."""
+
+    model_config = _REQUEST
+
+    version: int = Field(ge=0)
+    kind: Literal["full", "lora"] = "full"
+    peft_config: dict[str, Any] | None = None
+    bucket_bytes: int | None = None
+
+    def update_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the server's `update_weights_*` methods."""
+        return {"version": self.version, "kind": self.kind, "peft_config": self.peft_config,
+                "bucket_bytes": self.bucket_bytes}  # fmt: skip
+
+
+class ShmWeightUpdateRequest(_DescriptorUpdateRequest):
     """`POST /update_weights_shm`: a `WeightSegment` descriptor plus the update's version, kind and PEFT config."""
 
-    model_config = _REQUEST
-
     segment: dict[str, Any]
-    version: int = Field(ge=0)
-    kind: Literal["full", "lora"] = "full"
-    peft_config: dict[str, Any] | None = None
-    bucket_bytes: int | None = None
 
 
-class CudaIpcWeightUpdateRequest(BaseModel):
+class CudaIpcWeightUpdateRequest(_DescriptorUpdateRequest):
     """`POST /update_weights_cuda_ipc`: a `share_cuda` descriptor plus the update's version, kind and PEFT config."""
 
-    model_config = _REQUEST
-
     cuda_ipc: dict[str, Any]
-    version: int = Field(ge=0)
-    kind: Literal["full", "lora"] = "full"
-    peft_config: dict[str, Any] | None = None
-    bucket_bytes: int | None = None
 
 
 class StateResponse(BaseModel):

@@ -79,10 +79,7 @@ class WeightPusher:
                 written.append(None if self._shm_failed else self._write(weights))
             return written[0]
 
-        shm: set[str] = set()
-        for a in auto:
-            if a not in ipc and segment() is not None:
-                shm.add(a)
+        shm: set[str] = set()  # the servers that got the segment
         kind = "lora" if peft_config is not None else "full"
         update = {"version": version, "kind": kind, "peft_config": peft_config, "bucket_bytes": bucket_bytes}
 
