@@ -176,3 +176,22 @@ def test_state_entries_follow_state_dict_names_order_and_hooks(make_engine):
     module.child._register_state_dict_hook(rename)
     assert list(export_weights(module, lora_only=False)) == list(module.state_dict())
     assert "child.renamed" in export_weights(module, lora_only=False)
+
+
+def test_state_entries_see_submodules_added_replaced_or_removed_after_the_walk_was_cached():
+    from verl_omni.engine.weight_export import _state_entries
+
+    module = _Mixed()
+    module.child = _Mixed()
+    assert [k for k, _ in _state_entries(module)] == list(module.state_dict())  # the walk is cached now
+    module.child.extra = torch.nn.Linear(2, 3)  # added below a cached submodule
+    assert [k for k, _ in _state_entries(module)] == list(module.state_dict())
+    assert "child.extra.weight" in dict(_state_entries(module))
+    module.child = torch.nn.Linear(4, 1)  # replaced
+    names = [k for k, _ in _state_entries(module)]
+    assert names == list(module.state_dict()) and [k for k in names if k.startswith("child.")] == [
+        "child.weight", "child.bias"
+    ]  # fmt: skip
+    del module.child  # removed
+    names = [k for k, _ in _state_entries(module)]
+    assert names == list(module.state_dict()) and not [k for k in names if k.startswith("child")]

@@ -102,10 +102,10 @@ class DiffusersHttpServer(RolloutHttpServer):
         self._seeds = random.Random(None if config.seed is None else config.seed + rank)
         self._abort_flags: dict[str, threading.Event] = {}
         self._table: dict[str, torch.Tensor] = {}
-        self._lora: tuple[dict[str, Any], dict[str, torch.Tensor]] | None = None  # served (config, host tensors)
+        # the served adapter: (config, host copies of its tensors, or None while only the engine holds them)
+        self._lora: tuple[dict[str, Any], dict[str, torch.Tensor] | None] | None = None
         self._lora_pending: dict[str, torch.Tensor] = {}
         self._lora_device: dict[str, torch.Tensor] = {}  # a CUDA IPC update's device views, until it finishes
-        self._side_stream: Any = None  # torch.cuda.Stream of the kept copies of CUDA IPC updates
         self._lora_previous: list[Any] = []  # [previous _lora] while an update swapped the adapter
         self._full_version: int | None = None
         self._images = 0
@@ -189,6 +189,7 @@ class DiffusersHttpServer(RolloutHttpServer):
 
     def _sleep_blocking(self, level: int) -> None:
         if level == 2:
+            self._keep_lora_on_host()  # the reload applies it again
             self._engine = None
         elif self._engine is not None:
             self._engine.sleep()
@@ -228,6 +229,7 @@ class DiffusersHttpServer(RolloutHttpServer):
         lora_config = _lora_config(config)
         self._lora_previous = []
         if self._lora is None or self._lora[0] != config:
+            self._keep_lora_on_host()  # a rejected update restores it
             self._lora_previous = [self._lora]
             engine.remove_lora()
             try:
@@ -269,22 +271,23 @@ class DiffusersHttpServer(RolloutHttpServer):
             names, sources = [canonical_weight_name(n) for n, _ in tensors], [t for _, t in tensors]
             if all(t.device.type == "cuda" for t in sources):  # CUDA IPC views: the engine copies device to device
                 self._lora_device.update(zip(names, sources))
-                copies = self._host_copies(sources)
             else:
-                copies = packed_copy(sources, pin=pin)
-            self._lora_pending.update(zip(names, copies))
+                self._lora_pending.update(zip(names, packed_copy(sources, pin=pin)))
 
-    def _host_copies(self, sources: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The kept pinned host copy of device tensors, made on a side stream: it overlaps the engine's merge.
+    def _keep_lora_on_host(self) -> None:
+        """Copy the served adapter out of the engine's parameters, before a level-2 sleep or an adapter swap.
 
-        The update's views stay valid until `update_weights_cuda_ipc` synchronizes the device, before it answers.
+        After an update the engine's parameters are the adapter's only copy (no per-update host copy); a reload
+        after `sleep(level=2)` and the restore after a rejected swap need one that outlives them.
         """
-        device = sources[0].device
-        if self._side_stream is None or self._side_stream.device != device:
-            self._side_stream = torch.cuda.Stream(device)
-        self._side_stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(self._side_stream):
-            return packed_copy(sources, pin=True, device="cpu")
+        if self._lora is None or self._lora[1] is not None or self._engine is None:
+            return
+        table = self._engine.weight_table(lora=True)
+        names = list(table)
+        copies = packed_copy([table[n].detach() for n in names], pin=self._device.type == "cuda", device="cpu")
+        if self._device.type == "cuda":
+            torch.cuda.current_stream(self._device).synchronize()
+        self._lora = (self._lora[0], dict(zip(names, copies)))
 
     async def _engine_load_slice(self, update: WeightUpdate, name: str, start: int, chunk: torch.Tensor) -> None:
         if update.kind != "full":
@@ -306,7 +309,7 @@ class DiffusersHttpServer(RolloutHttpServer):
         pending, self._lora_pending = self._lora_pending, {}
         load, self._lora_device = {**pending, **self._lora_device}, {}  # device sources where the update has them
         await self._run_blocking(lambda: engine.update_weights(load, lora_config=_lora_config(config)))
-        self._lora, self._lora_previous = (config, pending), []
+        self._lora, self._lora_previous = (config, None), []  # the engine's parameters hold it now
 
     async def _engine_abort_weights(self, update: WeightUpdate) -> None:
         self._table, self._lora_pending, self._lora_device = {}, {}, {}
