@@ -11,8 +11,9 @@ gets the workload's LoRA (bf16 on cuda, as the trainer sends it) pushed repeated
   own process does (CUDA cannot open a process's own IPC handles: the pusher falls back to the segment)
 - `engine`:      `DiffusersRolloutEngine.update_weights` called directly (the server's work without transport)
 - `engine_per_tensor`: the baseline for `engine`: one `param.copy_(t.to(device))` per tensor, then the re-merge
-- `merge`:       `lora_merge.merge` of every wrapped layer (this project's merge)
-- `merge_peft`:  peft's own reset + `Linear.merge()` per layer (the baseline, same result bit for bit)
+- `merge`:       `lora_merge.merge` of every wrapped layer (this project's merge: on CUDA the Triton kernel)
+- `merge_torch`: `lora_merge.merge(kernel=False)`: torch ops only (the float32 delta written, then added)
+- `merge_peft`:  peft's own reset + `Linear.merge()` per layer (the baseline; `merge_torch` is bit-identical)
 
 plus a cProfile of one `engine` call (top functions by own time), and on CUDA the engine's sleep / wake after a
 LoRA update (`sleep`, `wake`: copies only what changed, drops the merged weights) against `sleep_full` /
@@ -221,6 +222,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["engine_per_tensor"] = timed(lambda: per_tensor_update(engine, tensors), device, args.repeats)
         layers = list(lora_merge.wrapped_layers(engine.transformer).values())
         results["merge"] = timed(lambda: lora_merge.merge(engine.transformer, layers), device, args.repeats)
+        results["merge_torch"] = timed(
+            lambda: lora_merge.merge(engine.transformer, layers, kernel=False), device, args.repeats
+        )
         results["merge_peft"] = timed(lambda: peft_merge(layers), device, args.repeats)
         profile = cProfile.Profile()
         profile.enable()
@@ -245,6 +249,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name, seconds in results.items():
         print(f"  {name:<11} {seconds * 1e3:8.2f} ms")
     print(f"  merge / merge_peft = {results['merge'] / results['merge_peft']:.2f}x")
+    print(f"  merge / merge_torch = {results['merge'] / results['merge_torch']:.2f}x")
     print(f"  engine / engine_per_tensor = {results['engine'] / results['engine_per_tensor']:.2f}x")
     if "child_push_cuda_ipc" in results:
         ratio = results["child_push_shm"] / results["child_push_cuda_ipc"]

@@ -147,16 +147,22 @@ _SENDER = textwrap.dedent(
             await client.aclose()
 
     out = asyncio.run(push())
+    first = descriptor["storages"][0]["handle"]
+    # the next update from the same (reused) buffer: new values written just before sharing, the same handle
+    flat.copy_(torch.cat([t.reshape(-1) for t in random_state_dict(path, seed=seed + 1).values()]).cuda())
+    descriptor, version = share_cuda(weights), version + 1
+    second = asyncio.run(push())
     flat.fill_(0)  # after the answer the server holds its own copy
     torch.cuda.synchronize()
-    print(json.dumps({"storages": len(descriptor["storages"]), **out}))
+    same = descriptor["storages"][0]["handle"] == first
+    print(json.dumps({"storages": len(descriptor["storages"]), "same_handle": same, "first": out, **second}))
     """
 )
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_a_second_process_pushes_gpu_tensors_by_cuda_ipc(tiny_llm_path):
+def test_gpu_a_second_process_pushes_gpu_tensors_by_cuda_ipc_mapping_its_buffer_once(tiny_llm_path):
     server = HFHttpServer(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cuda", request_timeout_s=60))
     run(server.launch())
     try:
@@ -170,11 +176,13 @@ def test_gpu_a_second_process_pushes_gpu_tensors_by_cuda_ipc(tiny_llm_path):
         )
         assert done.returncode == 0, done.stderr[-4000:]
         out = json.loads(done.stdout.strip().splitlines()[-1])
-        expected = random_state_dict(tiny_llm_path, seed=5)
-        assert out["storages"] == 1 and out["weight_version"] == 3 and out["num_buckets"] > 1
+        expected = random_state_dict(tiny_llm_path, seed=6)  # the second update's values
+        assert out["storages"] == 1 and out["first"]["weight_version"] == 3 and out["weight_version"] == 4
+        assert out["num_buckets"] > 1 and out["same_handle"]
         served = run(server.served_weights(list(expected)))
         wrong = [n for n, t in expected.items() if not torch.equal(served[n], t.to(served[n].dtype))]
         assert not wrong, wrong[:3]  # the sender zeroed its buffer after the answer: the server copied
-        assert server.metrics_snapshot()["counters"]["weight_updates_cuda_ipc"] == 1
+        assert server.metrics_snapshot()["counters"]["weight_updates_cuda_ipc"] == 2
+        assert server.cuda_ipc_mappings.mapped == 1  # the second update found the first one's mapping
     finally:
         run(server.shutdown())

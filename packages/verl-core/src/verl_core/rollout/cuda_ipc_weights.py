@@ -25,7 +25,7 @@ from verl_core.rollout.errors import WeightSyncError
 from verl_core.rollout.framing import DTYPES, ITEMSIZE, TensorSpec
 from verl_core.rollout.weights import WeightPiece, WeightUpdate, named_tensors, plan_buckets
 
-__all__ = ["CudaIpcUpdate", "device_uuid", "open_cuda_ipc", "share_cuda"]
+__all__ = ["CudaIpcMappings", "CudaIpcUpdate", "device_uuid", "open_cuda_ipc", "share_cuda"]
 
 _HANDLES = ("handle", "ref_counter_handle", "event_handle")
 _INTS = ("size_bytes", "offset_bytes", "ref_counter_offset", "nbytes")
@@ -98,8 +98,16 @@ class CudaIpcUpdate:
     Call `close` once the update is applied (before answering): the sender's memory is then released to it.
     """
 
-    def __init__(self, specs: list[TensorSpec], tensors: list[torch.Tensor]) -> None:
+    def __init__(
+        self,
+        specs: list[TensorSpec],
+        tensors: list[torch.Tensor],
+        storages: list[torch.Tensor] | None = None,
+        mapped: int = 0,
+    ) -> None:
         self.specs, self._tensors = specs, tensors
+        self.storages = storages or []  # one uint8 tensor over each sender allocation
+        self.mapped = mapped  # how many of them this open mapped (the others were mapped already)
 
     async def buckets(self, update: WeightUpdate, bucket_bytes: int) -> AsyncIterator[list[WeightPiece]]:
         """Yield the tensors as device views in buckets of `bucket_bytes` (larger ones as flat slices)."""
@@ -132,11 +140,13 @@ def open_cuda_ipc(descriptor: Any) -> CudaIpcUpdate:
     storages = _check_storages(descriptor.get("storages"))
     specs, places = _check_manifest(descriptor.get("manifest"), storages)
     device = _local_device(descriptor.get("device_uuid"))
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor, storage_from_cache
 
-    opened = []
+    opened, mapped = [], 0
     try:
         for s in storages:
+            cached = storage_from_cache(torch.UntypedStorage, (s["handle"], s["offset_bytes"])) is not None
+            mapped += not cached
             opened.append(
                 rebuild_cuda_tensor(
                     torch.Tensor,
@@ -156,6 +166,9 @@ def open_cuda_ipc(descriptor: Any) -> CudaIpcUpdate:
                     s["event_sync_required"],
                 )
             )
+            if cached and s["event_sync_required"] and s["event_handle"] is not None:
+                # torch waits for the sender's writes only when it maps an allocation: wait for this share's event
+                torch.cuda.Event.from_ipc_handle(device, s["event_handle"]).wait()
     except RuntimeError as e:
         raise WeightSyncError(
             f"cannot open the sender's CUDA IPC handles on cuda:{device}: {e}", field="cuda_ipc"
@@ -168,7 +181,34 @@ def open_cuda_ipc(descriptor: Any) -> CudaIpcUpdate:
             if spec.nbytes
             else torch.empty(spec.shape, dtype=DTYPES[spec.dtype], device=f"cuda:{device}")
         )
-    return CudaIpcUpdate(specs, tensors)
+    return CudaIpcUpdate(specs, tensors, opened, mapped)
+
+
+class CudaIpcMappings:
+    """The server side: open descriptors (`open_cuda_ipc`), keeping the last update's sender allocations mapped.
+
+    A sender that exports into the same buffer every update (the trainer's engines do) sends the same handle each
+    time. While the earlier mapping is held, torch finds it in its handle cache (and hands the sender that share's
+    reference back) instead of mapping the allocation again (`cudaIpcOpenMemHandle`, milliseconds); the receiver
+    still waits for the share's event, so it reads what the sender wrote before sharing. The mappings are released
+    when an update brings other handles and at `close` (server shutdown); until then the sender cannot free that
+    allocation (it keeps it for the next export anyway).
+    """
+
+    def __init__(self) -> None:
+        self._held: list[torch.Tensor] = []
+        self.mapped = 0  # allocations mapped so far (an update that reuses the held ones maps none)
+
+    def open(self, descriptor: Any) -> CudaIpcUpdate:
+        """`open_cuda_ipc(descriptor)`, reusing the held mappings; the result's allocations are held from now on."""
+        update = open_cuda_ipc(descriptor)
+        self.mapped += update.mapped
+        self._held = list(update.storages)  # after the open: a repeated handle found the held mapping
+        return update
+
+    def close(self) -> None:
+        """Release the held mappings."""
+        self._held = []
 
 
 def _local_device(uuid: Any) -> int:

@@ -396,4 +396,5 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
                 await self._timed("shutdown", "lifecycle_timeout_s", self._engine_shutdown())
         self.handoff_files.close()
         self.weight_segments.close()
+        self.cuda_ipc_mappings.close()
         self._state = ServerState.STOPPED

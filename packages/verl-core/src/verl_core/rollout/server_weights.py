@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from verl_core.rollout.cuda_ipc_weights import open_cuda_ipc
+from verl_core.rollout.cuda_ipc_weights import CudaIpcMappings
 from verl_core.rollout.engine_hooks import EngineHooks
 from verl_core.rollout.errors import WeightSyncError
 from verl_core.rollout.protocol import WeightUpdateResponse
@@ -59,6 +59,7 @@ class WeightSyncMixin(EngineHooks):
         self._weights_consistent = True  # False after a full update failed halfway (generates are refused)
         self._assembling: dict[str, tuple[torch.Tensor, int]] = {}
         self.weight_segments = MappedSegments()  # the sender's reused weight segment, mapped read-only
+        self.cuda_ipc_mappings = CudaIpcMappings()  # the sender's reused export buffer, mapped on the device
 
     @property
     def weight_version(self) -> int:
@@ -149,7 +150,7 @@ class WeightSyncMixin(EngineHooks):
         size = self._descriptor_bucket_bytes(bucket_bytes)
 
         async def apply() -> WeightUpdateResponse:
-            opened = open_cuda_ipc(descriptor)
+            opened = self.cuda_ipc_mappings.open(descriptor)
             try:
                 update = WeightUpdate(version, kind, opened.specs, peft_config)
                 out = await self._apply_update(update, opened.buckets(update, size))

@@ -184,9 +184,7 @@ class _Typed:
 
 
 _VERIFIED: weakref.WeakKeyDictionary[nn.Module, tuple[str, ...]] = weakref.WeakKeyDictionary()
-_WALKS: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, nn.Module, tuple[Any, ...]]]] = (
-    weakref.WeakKeyDictionary()
-)
+_WALKS: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, nn.Module, tuple[Any, ...]]]] = weakref.WeakKeyDictionary()
 
 
 def _module_walk(module: nn.Module) -> list[tuple[str, nn.Module, tuple[Any, ...]]]:

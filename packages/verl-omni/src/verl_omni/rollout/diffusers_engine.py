@@ -183,9 +183,9 @@ class DiffusersRolloutEngine:
         (slices of large tensors). A no-op when `merge_lora` is off or no adapter is loaded.
         """
         if self.merge_lora and self.lora_adapters:
-            if self._wrapped is None:
-                self._wrapped = list(lora_merge.wrapped_layers(self.transformer).values())
-            lora_merge.merge(self.transformer, self._wrapped)
+            if self._merge_plan is None:
+                self._merge_plan = lora_merge.MergePlan(list(lora_merge.wrapped_layers(self.transformer).values()))
+            self._merge_plan.run()
         self._merge_pending = False
 
     def weight_table(self, *, lora: bool, adapter_name: str = "default") -> dict[str, torch.Tensor]:
@@ -248,8 +248,8 @@ class DiffusersRolloutEngine:
             lora_merge.keep_adapter_fp32(transformer, adapter_name)
 
     def _forget_lora_layout(self) -> None:
-        """Drop the cached LoRA layer list and parameter index (the adapters are about to change)."""
-        self._wrapped: list[torch.nn.Module] | None = None
+        """Drop the cached merge plan and LoRA parameter index (the adapters are about to change)."""
+        self._merge_plan: lora_merge.MergePlan | None = None
         self._lora_index: dict[str, dict[str, torch.Tensor]] = {}
 
     def _param_index(self, adapter_name: str, *, lora: bool) -> dict[str, torch.Tensor]:

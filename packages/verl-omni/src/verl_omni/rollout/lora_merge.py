@@ -10,7 +10,10 @@ float32, so peft computes the delta in float32 and the in-place add into a bf16 
 
 For a plain `lora.Linear` layer `merge` does peft's arithmetic itself (`W = W0 + (B @ A) * scaling`, the same
 kernels in the same order, so the same bits) without peft's per-call bookkeeping and without a separate reset copy;
-other layers (DoRA, `lora_bias`, `fan_in_fan_out`, embeddings, convolutions) go through peft's `merge()`.
+other layers (DoRA, `lora_bias`, `fan_in_fan_out`, embeddings, convolutions) go through peft's `merge()`. On CUDA
+the first adapter of a plain layer is merged by one Triton kernel (`lora_merge_kernel`: the same float32 products
+and sums, the delta never written to memory; the summation order is the kernel's, so a rare last bit may differ
+from peft's), unless `kernel=False`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import math
 
 import torch
 
-__all__ = ["keep_adapter_fp32", "merge", "pristine_tensors", "restore", "wrapped_layers"]
+from verl_omni.rollout import lora_merge_kernel
+
+__all__ = ["MergePlan", "keep_adapter_fp32", "merge", "pristine_tensors", "restore", "wrapped_layers"]
 
 _PRISTINE = "verl_pristine_"  # buffer-name prefix of a pristine copy on a peft layer
 
@@ -46,58 +51,125 @@ def _reset(layer: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
 
 
 @torch.no_grad()
-def merge(transformer: torch.nn.Module, layers: list[torch.nn.Module] | None = None) -> int:
+def merge(transformer: torch.nn.Module, layers: list[torch.nn.Module] | None = None, *, kernel: bool = True) -> int:
     """Fold the active adapters into the base weights of `layers` (default: every LoRA layer): base = W0 + delta.
+
+    `kernel=False` keeps to torch ops (peft's arithmetic bit for bit) where the CUDA kernel would run. To merge the
+    same layers again and again (after every weight update), build a `MergePlan` once and `run()` it.
 
     Returns:
         The number of layers merged.
     """
     layers = list(wrapped_layers(transformer).values()) if layers is None else layers
-    for layer in layers:
-        saved = _pristine(layer)
-        if not saved:  # the first merge: the base weights are pristine now, keep copies of them
-            for name, param in layer.get_base_layer().named_parameters(recurse=False):
-                layer.register_buffer(_PRISTINE + name, param.detach().clone(), persistent=False)
-            saved = _pristine(layer)
-        if not _merge_linear(layer, saved):
-            _reset(layer, saved)
-            layer.merge()  # peft: base.weight += get_delta_weight(a) for the active adapters; `merged` becomes True
-    return len(layers)
+    return MergePlan(layers, kernel=kernel).run()
 
 
-@torch.no_grad()
-def _merge_linear(layer: torch.nn.Module, saved: dict[str, torch.Tensor]) -> bool:
-    """`weight = W0 + (B @ A) * scaling` per active adapter, as peft's `Linear.merge` computes it; False: not handled.
+class _Plain:
+    """A plain `lora.Linear` layer's merge: its tensors looked up once (the objects outlive sleep / wake)."""
 
-    The first adapter's add writes straight from the pristine copy into the weight (`torch.add(..., out=)`: the
-    same float32 sum and one rounding as peft's copy-then-`+=`); other base parameters are reset by copy.
+    def __init__(self, layer: torch.nn.Module, saved: dict[str, torch.Tensor], adapters: list[str]) -> None:
+        base = layer.get_base_layer()
+        self.layer, self.adapters = layer, adapters
+        self.weight, self.w0 = base.weight, saved["weight"]
+        self.others = [(getattr(base, name), tensor) for name, tensor in saved.items() if name != "weight"]
+        self.factors = [(layer.lora_B[a].weight, layer.lora_A[a].weight, layer.scaling[a]) for a in adapters]
+
+    def reset(self) -> None:
+        """Other base parameters := pristine; the adapters count as merged (the weight is written next)."""
+        for param, tensor in self.others:
+            param.data.copy_(tensor)
+        self.layer.merged_adapters[:] = self.adapters
+
+    def job(self) -> lora_merge_kernel.MergeJob | None:
+        """The kernel's job for this layer, or None (several adapters, or tensors it does not cover)."""
+        if len(self.factors) != 1:
+            return None
+        lora_b, lora_a, scale = self.factors[0]
+        weight = self.weight.data
+        return (
+            (weight, self.w0, lora_b, lora_a, scale)
+            if lora_merge_kernel.supports(weight, self.w0, lora_b, lora_a)
+            else None
+        )
+
+    def merge_with_torch(self) -> None:
+        """`weight = W0 + (B @ A) * scaling` per adapter, as peft's `Linear.merge` computes it (same bits).
+
+        The first adapter's add writes straight from the pristine copy into the weight (`torch.add(..., out=)`: the
+        same float32 sum and one rounding as peft's copy-then-`+=`).
+        """
+        weight = self.weight.data
+        for i, (lora_b, lora_a, scale) in enumerate(self.factors):
+            delta = _delta(lora_b, lora_a, scale)
+            if i == 0:
+                torch.add(self.w0, delta, out=weight)
+            else:
+                weight += delta
+
+
+class MergePlan:
+    """The merge of a fixed list of LoRA layers, prepared once; `run()` folds the adapters in (= `merge`).
+
+    Finding each layer's tensors and checking which path it takes costs more host time than the kernels on a GPU,
+    so a plan does it once. It stays valid while the layers keep their adapters (build a new one after adding or
+    removing one); moving the module's tensors in place (sleep / wake) does not invalidate it. Plain `lora.Linear`
+    layers with float32 adapters are merged here (on CUDA, one kernel per layer shape: `lora_merge_kernel`, unless
+    `kernel=False`); other layers (DoRA, `lora_bias`, `fan_in_fan_out`, embeddings, convolutions) by peft's
+    `merge()`. The first plan of a layer saves its pristine base parameters.
     """
+
+    def __init__(self, layers: list[torch.nn.Module], *, kernel: bool = True) -> None:
+        self.kernel = kernel
+        self._plain: list[_Plain] = []
+        self._peft: list[torch.nn.Module] = []
+        for layer in layers:
+            saved = _pristine(layer)
+            if not saved:  # the first merge: the base weights are pristine now, keep copies of them
+                for name, param in layer.get_base_layer().named_parameters(recurse=False):
+                    layer.register_buffer(_PRISTINE + name, param.detach().clone(), persistent=False)
+                saved = _pristine(layer)
+            adapters = _plain_adapters(layer, saved)
+            if adapters:
+                self._plain.append(_Plain(layer, saved, adapters))
+            else:
+                self._peft.append(layer)
+
+    def __len__(self) -> int:
+        return len(self._plain) + len(self._peft)
+
+    @torch.no_grad()
+    def run(self) -> int:
+        """Merge every layer of the plan from its pristine weights; returns the number of layers."""
+        jobs = []
+        for plain in self._plain:
+            plain.reset()
+            job = plain.job() if self.kernel else None
+            if job is None:
+                plain.merge_with_torch()
+            else:
+                jobs.append(job)
+        if jobs:
+            lora_merge_kernel.merge_many(jobs)
+        for layer in self._peft:
+            _reset(layer, _pristine(layer))
+            layer.merge()  # peft: base.weight += get_delta_weight(a) for the active adapters; `merged` becomes True
+        return len(self)
+
+
+def _plain_adapters(layer: torch.nn.Module, saved: dict[str, torch.Tensor]) -> list[str]:
+    """The active adapters when this module merges `layer` itself (a plain `lora.Linear`, float32 adapters)."""
     from peft.tuners.lora.layer import Linear
 
     adapters = [a for a in layer.active_adapters if a in layer.lora_A]
     if (
         type(layer) is not Linear
         or layer.fan_in_fan_out
-        or not adapters
         or "weight" not in saved
         or any(a in layer.lora_variant or layer.lora_bias.get(a) for a in adapters)
         or any(layer.lora_B[a].weight.dtype != torch.float32 for a in adapters)
     ):
-        return False
-    base = layer.get_base_layer()
-    del layer.merged_adapters[:]
-    for name, tensor in saved.items():
-        if name != "weight":
-            getattr(base, name).copy_(tensor)
-    weight = base.weight.data
-    for i, a in enumerate(adapters):
-        delta = _delta(layer.lora_B[a].weight, layer.lora_A[a].weight, layer.scaling[a])
-        if i == 0:
-            torch.add(saved["weight"], delta, out=weight)
-        else:
-            weight += delta
-        layer.merged_adapters.append(a)
-    return True
+        return []
+    return adapters
 
 
 def _delta(lora_b: torch.Tensor, lora_a: torch.Tensor, scaling: float) -> torch.Tensor:
