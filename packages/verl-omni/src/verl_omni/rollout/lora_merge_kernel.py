@@ -22,7 +22,7 @@ __all__ = ["MergeJob", "merge_many", "supports"]
 
 MergeJob = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]  # out, w0, lora_b, lora_a, scale
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_BLOCK_M = _BLOCK_N = 64  # fastest on an H200 for workload B's layers (3072 x 3072, 3072 x 12288, r64)
+_BLOCK_M, _BLOCK_N = 64, 128  # fastest on an H200 for workload B's layers (3072 x 3072, 3072 x 12288, r64)
 
 
 @functools.cache
@@ -38,12 +38,13 @@ def _kernel() -> Any:
     def merge_kernel(table, scales, L, M, N, K, s_w0, s_b, s_a, s_out,
                      DTYPE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):  # fmt: skip
         layer = tl.program_id(2)  # table rows: w0, lora_b, lora_a, out addresses, one column per layer
-        w0 = tl.load(table + layer).to(tl.pointer_type(DTYPE))
-        b = tl.load(table + L + layer).to(tl.pointer_type(tl.float32))
-        a = tl.load(table + 2 * L + layer).to(tl.pointer_type(tl.float32))
-        out = tl.load(table + 3 * L + layer).to(tl.pointer_type(DTYPE))
+        # addresses read from memory carry no alignment: say what `_launch` checked (16 bytes), or no vector loads
+        w0 = tl.multiple_of(tl.load(table + layer).to(tl.pointer_type(DTYPE)), 16)
+        b = tl.multiple_of(tl.load(table + L + layer).to(tl.pointer_type(tl.float32)), 16)
+        a = tl.multiple_of(tl.load(table + 2 * L + layer).to(tl.pointer_type(tl.float32)), 16)
+        out = tl.multiple_of(tl.load(table + 3 * L + layer).to(tl.pointer_type(DTYPE)), 16)
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
-        cols = tl.program_id(1) * BN + tl.arange(0, BN)
+        cols = tl.max_contiguous(tl.multiple_of(tl.program_id(1) * BN + tl.arange(0, BN), BN), BN)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, K, BK):
             ks = k0 + tl.arange(0, BK)
@@ -72,6 +73,8 @@ def supports(out: torch.Tensor, w0: torch.Tensor, lora_b: torch.Tensor, lora_a: 
         return False
     if lora_b.dtype != torch.float32 or lora_a.dtype != torch.float32:
         return False
+    if any(t.data_ptr() % 16 for t in tensors):  # the kernel assumes 16-byte aligned starts (allocations are)
+        return False
     (m, n), (mb, k), (ka, na) = out.shape, lora_b.shape, lora_a.shape
     return w0.shape == out.shape and (mb, na) == (m, n) and k == ka and k > 0 and _kernel() is not None
 
@@ -99,9 +102,9 @@ def _launch(jobs: list[MergeJob]) -> None:
     (m, n), k = out.shape, lora_b.shape[1]
     table = [j[1].data_ptr() for j in jobs] + [j[2].data_ptr() for j in jobs]
     table += [j[3].data_ptr() for j in jobs] + [j[0].data_ptr() for j in jobs]
-    device = out.device
-    addresses = torch.tensor(table, dtype=torch.int64).to(device)
-    scales = torch.tensor([float(j[4]) for j in jobs], dtype=torch.float32).to(device)
+    device = out.device  # pinned sources: the copies queue behind the stream's work instead of waiting for it
+    addresses = torch.tensor(table, dtype=torch.int64).pin_memory().to(device, non_blocking=True)
+    scales = torch.tensor([float(j[4]) for j in jobs], dtype=torch.float32).pin_memory().to(device, non_blocking=True)
     dtype = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[out.dtype]
     block_k = min(64, max(16, triton.next_power_of_2(k)))
     grid = (triton.cdiv(m, _BLOCK_M), triton.cdiv(n, _BLOCK_N), len(jobs))
