@@ -11,8 +11,9 @@ gets the workload's LoRA (bf16 on cuda, as the trainer sends it) pushed repeated
   own process does (CUDA cannot open a process's own IPC handles: the pusher falls back to the segment)
 - `engine`:      `DiffusersRolloutEngine.update_weights` called directly (the server's work without transport)
 - `engine_per_tensor`: the baseline for `engine`: one `param.copy_(t.to(device))` per tensor, then the re-merge
-- `merge`:       `lora_merge.merge` of every wrapped layer (this project's merge: on CUDA the Triton kernel)
-- `merge_torch`: `lora_merge.merge(kernel=False)`: torch ops only (the float32 delta written, then added)
+- `merge`:       a `lora_merge.MergePlan` of every wrapped layer, run (what the engine does after each update; on
+                 CUDA one Triton kernel per layer layout)
+- `merge_torch`: the same plan with `kernel=False`: torch ops only (the float32 delta written, then added)
 - `merge_peft`:  peft's own reset + `Linear.merge()` per layer (the baseline; `merge_torch` is bit-identical)
 
 plus a cProfile of one `engine` call (top functions by own time), and on CUDA the engine's sleep / wake after a
@@ -221,10 +222,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["engine"] = timed(lambda: engine.update_weights(tensors, lora_config=lora_config), device, args.repeats)
         results["engine_per_tensor"] = timed(lambda: per_tensor_update(engine, tensors), device, args.repeats)
         layers = list(lora_merge.wrapped_layers(engine.transformer).values())
-        results["merge"] = timed(lambda: lora_merge.merge(engine.transformer, layers), device, args.repeats)
-        results["merge_torch"] = timed(
-            lambda: lora_merge.merge(engine.transformer, layers, kernel=False), device, args.repeats
-        )
+        plan, torch_plan = lora_merge.MergePlan(layers), lora_merge.MergePlan(layers, kernel=False)  # as the engine
+        results["merge"] = timed(plan.run, device, args.repeats)
+        results["merge_torch"] = timed(torch_plan.run, device, args.repeats)
         results["merge_peft"] = timed(lambda: peft_merge(layers), device, args.repeats)
         profile = cProfile.Profile()
         profile.enable()
