@@ -11,9 +11,10 @@ float32, so peft computes the delta in float32 and the in-place add into a bf16 
 For a plain `lora.Linear` layer `merge` does peft's arithmetic itself (`W = W0 + (B @ A) * scaling`, the same
 kernels in the same order, so the same bits) without peft's per-call bookkeeping and without a separate reset copy;
 other layers (DoRA, `lora_bias`, `fan_in_fan_out`, embeddings, convolutions) go through peft's `merge()`. On CUDA
-the first adapter of a plain layer is merged by one Triton kernel (`lora_merge_kernel`: the same float32 products
-and sums, the delta never written to memory; the summation order is the kernel's, so a rare last bit may differ
-from peft's), unless `kernel=False`.
+a plain layer with one active adapter is merged by a Triton kernel (`lora_merge_kernel`, one launch per layer
+layout: the same float32 products and sums, the delta never written to memory; the summation order is the
+kernel's, so a rare last bit may differ from peft's), unless `kernel=False`. `MergePlan` does the per-layer
+lookups once for merges repeated after every weight update.
 """
 
 from __future__ import annotations
