@@ -99,14 +99,10 @@ class CudaIpcUpdate:
     """
 
     def __init__(
-        self,
-        specs: list[TensorSpec],
-        tensors: list[torch.Tensor],
-        storages: list[torch.Tensor] | None = None,
-        mapped: int = 0,
+        self, specs: list[TensorSpec], tensors: list[torch.Tensor], storages: list[torch.Tensor], mapped: int
     ) -> None:
         self.specs, self._tensors = specs, tensors
-        self.storages = storages or []  # one uint8 tensor over each sender allocation
+        self.storages = storages  # one uint8 tensor over each sender allocation
         self.mapped = mapped  # how many of them this open mapped (the others were mapped already)
 
     async def buckets(self, update: WeightUpdate, bucket_bytes: int) -> AsyncIterator[list[WeightPiece]]:

@@ -104,8 +104,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         self._table: dict[str, torch.Tensor] = {}
         # the served adapter: (config, host copies of its tensors, or None while only the engine holds them)
         self._lora: tuple[dict[str, Any], dict[str, torch.Tensor] | None] | None = None
+        # a LoRA update's tensors until it finishes: packed host copies, or a CUDA IPC update's device views
         self._lora_pending: dict[str, torch.Tensor] = {}
-        self._lora_device: dict[str, torch.Tensor] = {}  # a CUDA IPC update's device views, until it finishes
         self._lora_previous: list[Any] = []  # [previous _lora] while an update swapped the adapter
         self._full_version: int | None = None
         self._images = 0
@@ -267,12 +267,10 @@ class DiffusersHttpServer(RolloutHttpServer):
         if update.kind == "full":
             await self._run_blocking(self._require_engine("update_weights").update_weights, tensors)
         else:
-            pin = self._device.type == "cuda"  # kept for a reload too: one packed (pinned) copy, not a clone each
             names, sources = [canonical_weight_name(n) for n, _ in tensors], [t for _, t in tensors]
-            if all(t.device.type == "cuda" for t in sources):  # CUDA IPC views: the engine copies device to device
-                self._lora_device.update(zip(names, sources))
-            else:
-                self._lora_pending.update(zip(names, packed_copy(sources, pin=pin)))
+            if not all(t.device.type == "cuda" for t in sources):  # views of the segment or the stream's buffer
+                sources = packed_copy(sources, pin=self._device.type == "cuda")  # one pinned buffer, not a clone each
+            self._lora_pending.update(zip(names, sources))  # CUDA IPC views: the engine copies device to device
 
     def _keep_lora_on_host(self) -> None:
         """Copy the served adapter out of the engine's parameters, before a level-2 sleep or an adapter swap.
@@ -306,13 +304,12 @@ class DiffusersHttpServer(RolloutHttpServer):
             return
         engine = self._require_engine("update_weights")
         config = _peft_dict(update.peft_config)
-        pending, self._lora_pending = self._lora_pending, {}
-        load, self._lora_device = {**pending, **self._lora_device}, {}  # device sources where the update has them
+        load, self._lora_pending = self._lora_pending, {}
         await self._run_blocking(lambda: engine.update_weights(load, lora_config=_lora_config(config)))
         self._lora, self._lora_previous = (config, None), []  # the engine's parameters hold it now
 
     async def _engine_abort_weights(self, update: WeightUpdate) -> None:
-        self._table, self._lora_pending, self._lora_device = {}, {}, {}
+        self._table, self._lora_pending = {}, {}
         if update.kind == "lora":
             await self._run_blocking(self._restore_lora)
         elif self._engine is not None:  # the base weights written so far are served with the adapter merged in
@@ -329,7 +326,7 @@ class DiffusersHttpServer(RolloutHttpServer):
         return out
 
     async def _engine_shutdown(self) -> None:
-        self._engine, self._table, self._lora_pending, self._lora_device = None, {}, {}, {}
+        self._engine, self._table, self._lora_pending = None, {}, {}
         gc.collect()
 
     def _engine_metrics(self) -> dict[str, Any]:

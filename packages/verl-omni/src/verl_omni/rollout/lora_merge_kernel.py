@@ -38,7 +38,7 @@ def _kernel() -> Any:
     def merge_kernel(table, scales, L, M, N, K, s_w0, s_b, s_a, s_out,
                      DTYPE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):  # fmt: skip
         layer = tl.program_id(2)  # table rows: w0, lora_b, lora_a, out addresses, one column per layer
-        # addresses read from memory carry no alignment: say what `_launch` checked (16 bytes), or no vector loads
+        # addresses read from memory carry no alignment: say what `supports` checked (16 bytes), or no vector loads
         w0 = tl.multiple_of(tl.load(table + layer).to(tl.pointer_type(DTYPE)), 16)
         b = tl.multiple_of(tl.load(table + L + layer).to(tl.pointer_type(tl.float32)), 16)
         a = tl.multiple_of(tl.load(table + 2 * L + layer).to(tl.pointer_type(tl.float32)), 16)
