@@ -162,7 +162,7 @@ def test_two_ranks_sharded_export_equals_reference_on_every_rank(tiny_qwen_image
 
 
 def test_state_entries_follow_state_dict_names_order_and_hooks(make_engine):
-    from verl_omni.engine.weight_export import _state_entries
+    from verl_omni.engine.state_entries import state_entries as _state_entries
 
     module = _Mixed()
     module.register_buffer("scratch", torch.ones(2), persistent=False)  # not in the state dict
@@ -179,7 +179,7 @@ def test_state_entries_follow_state_dict_names_order_and_hooks(make_engine):
 
 
 def test_state_entries_see_submodules_added_replaced_or_removed_after_the_walk_was_cached():
-    from verl_omni.engine.weight_export import _state_entries
+    from verl_omni.engine.state_entries import state_entries as _state_entries
 
     module = _Mixed()
     module.child = _Mixed()

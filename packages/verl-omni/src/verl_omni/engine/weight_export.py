@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
+import operator
 from typing import Any
 
 import torch
 from torch import nn
+
+from verl_omni.engine.state_entries import entry_cache, select_entries
 
 __all__ = ["ExportBuffer", "export_state"]
 
@@ -183,63 +185,59 @@ class _Typed:
         return typed[start : start + slot.nbytes // slot.dtype.itemsize].view(shape)
 
 
-_VERIFIED: weakref.WeakKeyDictionary[nn.Module, tuple[str, ...]] = weakref.WeakKeyDictionary()
-_WALKS: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, nn.Module, tuple[Any, ...]]]] = weakref.WeakKeyDictionary()
+class _Plan:
+    """The slots of one selection and dtype, with each output view's shape, strides and element offset."""
+
+    def __init__(self, slots: list[_Slot]) -> None:
+        self.slots = slots
+        self.values = [s.value for s in slots]
+        self.shapes = [s.value.shape for s in slots]
+        self.views = [  # as_strided arguments into the flat buffer viewed as the slot's dtype
+            (s.dtype, s.value.shape, _contiguous_strides(s.value.shape), s.offset // s.dtype.itemsize) for s in slots
+        ]
+        # every value's local data is the full tensor, all on one device: one `_foreach_copy_` reads them
+        locals_ = [_local_full(v) for v in self.values]
+        devices = {t.device for t in locals_ if t is not None}
+        self.local_device = devices.pop() if None not in locals_ and len(devices) == 1 else None
+        self._dtensor = [hasattr(v, "full_tensor") for v in self.values]
+
+    def local_sources(self) -> list[torch.Tensor]:
+        """The values' local data (each the full tensor: `local_device` is not None), read without `to_local`."""
+        return [v._local_tensor if d else v for v, d in zip(self.values, self._dtensor, strict=True)]
 
 
-def _module_walk(module: nn.Module) -> list[tuple[str, nn.Module, tuple[Any, ...]]]:
-    """`module.named_modules(remove_duplicate=False)` as (dotted prefix, submodule, its children) triples.
-
-    Cached per module and re-checked on every call against each submodule's current children (by identity): a
-    submodule added, removed or replaced anywhere rebuilds it. The recursive walk with its prefix strings costs
-    milliseconds on a LoRA-wrapped transformer (thousands of modules); the check a fraction of that.
-    """
-    walk = _WALKS.get(module)
-    if walk is None or any(tuple(m._modules.values()) != children for _, m, children in walk):
-        named = module.named_modules(remove_duplicate=False)
-        walk = [(f"{p}." if p else "", m, tuple(m._modules.values())) for p, m in named]
-        _WALKS[module] = walk
-    return walk
+def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
-def _state_entries(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """`module.state_dict()`'s (name, tensor) pairs in its order, without building the dict each call.
-
-    Walks the modules as `state_dict` does (parameters, then persistent buffers, then children; the modules'
-    state-dict pre-hooks run, e.g. FSDP2's switch back to sharded parameters). The key list is checked against
-    a real `state_dict()` once per module and key set; a module with state-dict post-hooks (which may rewrite the
-    dict) or a mismatch uses `state_dict()` itself.
-    """
-    entries: list[tuple[str, torch.Tensor]] = []
-    for dotted, m, _ in _module_walk(module):
-        if m._state_dict_hooks:
-            return list(module.state_dict().items())
-        for hook in m._state_dict_pre_hooks.values():
-            hook(m, dotted, False)
-        entries.extend((dotted + n, p) for n, p in m._parameters.items() if p is not None)
-        skip = m._non_persistent_buffers_set
-        entries.extend((dotted + n, b) for n, b in m._buffers.items() if b is not None and n not in skip)
-    keys = tuple(k for k, _ in entries)
-    if _VERIFIED.get(module) != keys:
-        if tuple(module.state_dict()) != keys:
-            return list(module.state_dict().items())
-        _VERIFIED[module] = keys
-    return entries
-
-
-def _plan(module: nn.Module, lora_only: bool, adapter_name: str, dtype: torch.dtype | None) -> list[_Slot]:
+def _export_plan(module: nn.Module, lora_only: bool, adapter_name: str, dtype: torch.dtype | None) -> _Plan:
+    """The selected entries' slots; reused while the same tensor objects (same shapes) fill the same entries."""
+    entries = select_entries(module, ("lora" if lora_only else "base",), lambda k: ("lora_" in k) == lora_only)
+    cache = entry_cache(module)
+    key = (lora_only, adapter_name, dtype)
+    plan = cache.get(key)
+    values = [v for _, v in entries]
+    if (
+        plan is not None
+        and len(plan.values) == len(values)
+        and all(map(operator.is_, plan.values, values))
+        and all(v.shape == shape for v, shape in zip(values, plan.shapes, strict=True))
+    ):
+        return plan
     slots, offset = [], 0
     suffix = f".{adapter_name}."
-    for name, value in _state_entries(module):
-        is_lora = "lora_" in name
-        if is_lora != lora_only:
-            continue
-        key = name.replace(suffix, ".") if is_lora else name.replace(".base_layer.", ".")
+    for name, value in entries:
+        out_key = name.replace(suffix, ".") if lora_only else name.replace(".base_layer.", ".")
         out_dtype = dtype or value.dtype
         nbytes = value.numel() * out_dtype.itemsize  # a DTensor's numel is the full tensor's
-        slots.append(_Slot(key, value, out_dtype, offset, nbytes))
+        slots.append(_Slot(out_key, value, out_dtype, offset, nbytes))
         offset = _aligned(offset + nbytes)
-    return slots
+    plan = cache[key] = _Plan(slots)
+    return plan
 
 
 def _target(device: str | torch.device, source: torch.device) -> torch.device:
@@ -266,22 +264,27 @@ def export_state(
     the flat buffer comes from (a fresh one per call when None); `chunk_bytes` bounds the device staging buffer
     of a device-to-host export (a tensor larger than it gets its own chunk).
     """
-    slots = _plan(module, lora_only, adapter_name, dtype)
+    plan = _export_plan(module, lora_only, adapter_name, dtype)
+    slots, shapes = plan.slots, plan.shapes
     if not slots:
         return {}
     source = slots[0].value.device
     target = _target(device, source)
     staged = source.type != "cpu" and target.type == "cpu"
     total = _aligned(slots[-1].offset + slots[-1].nbytes)
-    flat = _Typed((buffer or ExportBuffer()).take(total, target, pin=staged and source.type == "cuda"))
-    shapes = [s.value.shape for s in slots]
-    out: dict[str, torch.Tensor] = {}
-    for slot, shape in zip(slots, shapes, strict=True):
-        out[slot.key] = flat.view(slot, shape)
+    flat = (buffer or ExportBuffer()).take(total, target, pin=staged and source.type == "cuda")
+    typed = {dt: flat.view(dt) for dt in {s.dtype for s in slots}}  # `total` is a multiple of _ALIGN bytes
+    out = {
+        s.key: typed[dt].as_strided(shape, strides, start)
+        for s, (dt, shape, strides, start) in zip(slots, plan.views, strict=True)
+    }
+    flat = _Typed(flat)
     if staged:
         _staged_copy(slots, shapes, flat.flat, source, chunk_bytes)
-    else:  # a copy (and cast) into the snapshot buffer
-        _copy_all(list(out.values()), [slot.value for slot in slots])
+    elif plan.local_device == target:  # a copy (and cast) into the snapshot buffer
+        torch._foreach_copy_(list(out.values()), plan.local_sources())
+    else:
+        _copy_all(list(out.values()), plan.values)
     return out
 
 
