@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import gc
 import logging
 import os
 
@@ -175,3 +176,36 @@ def test_gpu_memory_that_cannot_be_shared_warns_once_and_uses_the_segment(server
 def test_an_unknown_transport_is_an_error_naming_the_key():
     with pytest.raises(ValueError, match="update_weights_transport"):
         WeightPusher("nccl")
+
+
+def test_pushes_reuse_one_client_per_server_until_close(server, llm, monkeypatch):
+    """One client (one keep-alive connection) per server from push to push, on the pusher's loop thread."""
+    import threading
+
+    from verl_omni.trainer import weight_push
+
+    made = []
+
+    class Counting(weight_push.RolloutClient):
+        def __init__(self, *args, **kwargs):
+            made.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(weight_push, "RolloutClient", Counting)
+    pusher = WeightPusher("http")
+    for seed in (6, 7, 8):
+        weights = random_state_dict(llm, seed=seed)
+        _push(pusher, server, weights, server.weight_version + 1)
+        assert _served_equal(server, weights)
+    assert made == [server.address]
+    thread = pusher._thread
+    assert thread in threading.enumerate()
+    pusher.close()
+    assert not thread.is_alive()
+    _push(pusher, server, random_state_dict(llm, seed=9), server.weight_version + 1)  # usable again after close
+    assert made == [server.address] * 2
+    thread = pusher._thread
+    del pusher  # dropped without close: its loop thread stops too
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive()

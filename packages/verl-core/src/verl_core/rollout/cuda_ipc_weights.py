@@ -117,10 +117,17 @@ class CudaIpcUpdate:
                     bucket.append((spec.name, view.view(-1)[p.start : p.start + p.numel], p.start))
             yield bucket
 
-    def close(self) -> None:
-        """Wait for the device's queued work (the copies that read the views), then drop them (idempotent)."""
+    def close(self, read_done: Any = None) -> None:
+        """Wait until the views were read, then drop them (idempotent).
+
+        `read_done` is a CUDA event that completes after the last queued read of the views (the engine's copies);
+        without it, all the device's queued work is waited for.
+        """
         if self._tensors:
-            torch.cuda.synchronize(self._tensors[0].device)
+            if read_done is not None:
+                read_done.synchronize()
+            else:
+                torch.cuda.synchronize(self._tensors[0].device)
         self._tensors = []
 
 

@@ -77,6 +77,14 @@ class EngineHooks(abc.ABC):
     async def _engine_abort_weights(self, update: WeightUpdate) -> None:  # noqa: B027 - optional hook
         """Drop a partly received update."""
 
+    def _engine_sources_read(self) -> Any:
+        """After a successful update from device tensors: a CUDA event done once the engine's reads of them are.
+
+        Work queued after the event (e.g. a LoRA merge) may still be running. None: the server waits for all the
+        device's queued work before it releases the sender's tensors.
+        """
+        return None
+
     async def _engine_read_weights(self, names: list[str], kind: WeightKind) -> dict[str, torch.Tensor]:
         """The tensors the engine serves now under these names, as `update_weights` names them (checks only).
 

@@ -151,11 +151,13 @@ class WeightSyncMixin(EngineHooks):
 
         async def apply() -> WeightUpdateResponse:
             opened = self.cuda_ipc_mappings.open(descriptor)
+            read_done = None  # a failed update waits for all the device's work before the views go
             try:
                 update = WeightUpdate(version, kind, opened.specs, peft_config)
                 out = await self._apply_update(update, opened.buckets(update, size))
+                read_done = self._engine_sources_read()
             finally:
-                opened.close()
+                opened.close(read_done)
             self.metrics.count("weight_updates_cuda_ipc")
             return out
 

@@ -80,6 +80,7 @@ class DiffusersRolloutEngine:
         self.pipeline.set_progress_bar_config(disable=True)
         self.sampling = sampling or DiffusionSamplingConfig()
         self.weight_version = 0
+        self.sources_read: Any = None  # CUDA event after the last update's copies (its merge may still run)
         self.merge_lora = merge_lora
         self._merge_pending = False  # merged LoRA weights were dropped by sleep: recompute before they are used
         self._forget_lora_layout()
@@ -157,6 +158,7 @@ class DiffusersRolloutEngine:
         owners = {id(t): layer for t, layer in lora_merge.pristine_tensors(self.transformer).values()} if full else {}
         targets = [params[_strip(name)] for name, _ in items]
         self._copy_into(targets, [tensor for _, tensor in items])
+        self.sources_read = _record_event(targets)
         touched = {id(owners[id(p)]): owners[id(p)] for p in targets if id(p) in owners}
         if lora_config is not None or self._merge_pending:
             self.remerge_lora()
@@ -315,3 +317,12 @@ class DiffusersRolloutEngine:
             return []
         owners = lora_merge.pristine_tensors(self.transformer)
         return [p for p in self.transformer.parameters() if id(p) in owners]
+
+
+def _record_event(targets: list[torch.Tensor]) -> Any:
+    """A CUDA event recorded now on the current stream when some target is on a GPU, else None."""
+    if not any(t.device.type == "cuda" for t in targets):
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event

@@ -8,6 +8,7 @@ import json
 import random
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -107,6 +108,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         # a LoRA update's tensors until it finishes: packed host copies, or a CUDA IPC update's device views
         self._lora_pending: dict[str, torch.Tensor] = {}
         self._lora_previous: list[Any] = []  # [previous _lora] while an update swapped the adapter
+        self._sources_read: Any = None  # CUDA event: the last update's copies from the sender's tensors are done
+        self._parsed_lora: tuple[dict[str, Any], Any] | None = None  # the last peft config and its LoraConfig
         self._full_version: int | None = None
         self._images = 0
 
@@ -218,6 +221,7 @@ class DiffusersHttpServer(RolloutHttpServer):
 
     async def _engine_begin_weights(self, update: WeightUpdate) -> None:
         engine = self._require_engine("update_weights")
+        self._sources_read = None
         if update.kind == "full":
             self._table = engine.weight_table(lora=False)
             check_manifest(_canonical(update.manifest), {k: tuple(v.shape) for k, v in self._table.items()})
@@ -226,7 +230,7 @@ class DiffusersHttpServer(RolloutHttpServer):
 
     def _prepare_lora(self, engine: DiffusersRolloutEngine, update: WeightUpdate) -> None:
         config = _peft_dict(update.peft_config)
-        lora_config = _lora_config(config)
+        lora_config = self._lora_config(config)
         self._lora_previous = []
         if self._lora is None or self._lora[0] != config:
             self._keep_lora_on_host()  # a rejected update restores it
@@ -300,13 +304,25 @@ class DiffusersHttpServer(RolloutHttpServer):
         self._table = {}
         if update.kind == "full":
             self._full_version = update.version
-            await self._run_blocking(self._require_engine("update_weights").remerge_lora)  # after in-place slices
+            engine = self._require_engine("update_weights")
+            self._sources_read = await self._run_blocking(_record_then, self._device, engine.remerge_lora)
             return
         engine = self._require_engine("update_weights")
         config = _peft_dict(update.peft_config)
         load, self._lora_pending = self._lora_pending, {}
-        await self._run_blocking(lambda: engine.update_weights(load, lora_config=_lora_config(config)))
+        lora_config = self._lora_config(config)
+        await self._run_blocking(lambda: engine.update_weights(load, lora_config=lora_config))
+        self._sources_read = engine.sources_read  # the merge after the copies may still be running
         self._lora, self._lora_previous = (config, None), []  # the engine's parameters hold it now
+
+    def _engine_sources_read(self) -> Any:
+        return self._sources_read
+
+    def _lora_config(self, config: dict[str, Any]) -> Any:
+        """`_lora_config(config)`, parsed once while the updates bring the same peft config (each LoRA push does)."""
+        if self._parsed_lora is None or self._parsed_lora[0] != config:
+            self._parsed_lora = (config, _lora_config(config))
+        return self._parsed_lora[1]
 
     async def _engine_abort_weights(self, update: WeightUpdate) -> None:
         self._table, self._lora_pending = {}, {}
@@ -351,6 +367,16 @@ class DiffusersHttpServer(RolloutHttpServer):
 
 def _no_op() -> None:
     return None
+
+
+def _record_then(device: torch.device, then: Callable[[], None]) -> Any:
+    """Record a CUDA event on the current stream (None off CUDA), then run `then` (queued after the event)."""
+    event = None
+    if device.type == "cuda":
+        event = torch.cuda.Event()
+        event.record()
+    then()
+    return event
 
 
 def _canonical(manifest: list[TensorSpec]) -> list[TensorSpec]:

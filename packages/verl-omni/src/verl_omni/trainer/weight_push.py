@@ -6,25 +6,33 @@ cuda_ipc_weights`: the server copies device to device) and host weights through 
 that cannot open the sender's GPU (another GPU, not visible to it) is told so once and gets the segment from then
 on. The others (and all of them with `transport="http"`, or once the segment could not be allocated) get the
 framed HTTP stream (`RolloutClient.update_weights`).
+
+The pusher keeps one HTTP client per server, on an event loop thread of its own, from push to push: a push reuses
+their connections instead of building a client and connecting again (milliseconds a push).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import threading
+import weakref
 from typing import Any
 
 import torch
 
 from verl_core.rollout.client import RolloutClient
 from verl_core.rollout.cuda_ipc_weights import share_cuda
-from verl_core.rollout.errors import WeightSyncError
+from verl_core.rollout.errors import EngineTimeoutError, WeightSyncError
 from verl_core.rollout.handoff import is_loopback
 from verl_core.rollout.shm_weights import SegmentAllocationError, WeightSegment
 
 __all__ = ["WeightPusher"]
 
 logger = logging.getLogger(__name__)
+
+_GRACE_S = 10.0  # beyond the per-call timeout: the loop thread's own bound
 
 
 class WeightPusher:
@@ -42,6 +50,10 @@ class WeightPusher:
         self.segment: WeightSegment | None = None
         self._shm_failed = False
         self._no_ipc: set[str] = set()  # servers that could not open this process's GPU handles
+        self._clients: dict[tuple[str, int, float], RolloutClient] = {}  # kept between pushes, used on `_loop`
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._finalizer: weakref.finalize | None = None
 
     def wants_device_tensors(self, addresses: list[str]) -> bool:
         """True when a push of GPU tensors would reach some server by CUDA IPC (export on the GPU then)."""
@@ -108,13 +120,17 @@ class WeightPusher:
                 return await host_path(client)
 
         async def all_servers() -> list[Any]:
-            clients = [RolloutClient(a, rank=r, weight_timeout_s=timeout_s) for r, a in enumerate(addresses)]
-            try:
-                return await asyncio.gather(*(one(c) for c in clients))
-            finally:
-                await asyncio.gather(*(c.aclose() for c in clients))
+            return await asyncio.gather(*(one(self._client(a, r, timeout_s)) for r, a in enumerate(addresses)))
 
-        answers = asyncio.run(all_servers())
+        future = asyncio.run_coroutine_threadsafe(all_servers(), self._running_loop())
+        try:
+            answers = future.result(timeout_s + _GRACE_S)  # each call is bounded by timeout_s; this bounds the rest
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise EngineTimeoutError(
+                f"the weight push to {addresses} did not finish within {timeout_s + _GRACE_S:g} s "
+                "(actor_rollout_ref.rollout.weight_sync_timeout_s)"
+            ) from None
         served = [a.rstrip("/") for a in addresses]
         return {
             "shm_servers": float(sum(a in shm for a in served)),
@@ -137,8 +153,45 @@ class WeightPusher:
             self._no_ipc.update(servers)
             return None
 
+    def _client(self, address: str, rank: int, timeout_s: float) -> RolloutClient:
+        key = (address.rstrip("/"), rank, timeout_s)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = RolloutClient(address, rank=rank, weight_timeout_s=timeout_s)
+        return client
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="weight-push", daemon=True)
+            self._thread.start()
+            self._finalizer = weakref.finalize(self, _stop, self._loop)  # a pusher dropped unclosed
+        return self._loop
+
     def close(self) -> None:
-        """Unlink the segment (idempotent)."""
+        """Close the clients, stop their loop thread and unlink the segment (idempotent)."""
+        if self._loop is not None:
+            loop, clients = self._loop, list(self._clients.values())
+            if self._finalizer is not None:
+                self._finalizer.detach()
+            self._loop, self._clients = None, {}
+
+            async def close_all() -> None:
+                await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
+
+            try:
+                asyncio.run_coroutine_threadsafe(close_all(), loop).result(_GRACE_S)
+            except Exception as e:  # closing loopback connections does not fail; never block the shutdown on it
+                logger.warning("weight sync: closing the push clients: %s", e)
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=_GRACE_S)
+            if not loop.is_running():
+                loop.close()
+            self._thread = None
+        self._close_segment()
+
+    def _close_segment(self) -> None:
         if self.segment is not None:
             self.segment.close()
             self.segment = None
@@ -158,8 +211,13 @@ class WeightPusher:
                 e,
             )
             self._shm_failed = True
-            self.close()
+            self._close_segment()
             return None
+
+
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
 
 
 def _on_gpu(weights: dict[str, torch.Tensor]) -> bool:
