@@ -7,7 +7,8 @@ turns the CUDA allocations that hold them into IPC handles (torch's `reduce_tens
 storage, offset}]}` that is POSTed to `/update_weights_cuda_ipc`. The server (`open_cuda_ipc`) checks it, finds the
 sender's GPU among its own visible devices by UUID, opens the handles and hands device views to the engine hooks,
 which copy what they keep. The sender must keep the tensors alive and unchanged until every server has answered;
-the server drops its views before it answers.
+the server drops its views before it answers, once the copies that read them are done (the engine's own later work,
+e.g. a LoRA merge, may still be running on the device then).
 
 The descriptor carries no pickle: only ints, strings and base64 bytes, rebuilt with explicit classes.
 """
