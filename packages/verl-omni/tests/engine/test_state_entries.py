@@ -60,3 +60,12 @@ def test_export_reads_a_parameter_swapped_in_without_registration():
     assert torch.equal(second["0.weight"], swapped.detach())
     net[0]._parameters["weight"] = nn.Parameter(torch.zeros(4, 3))  # another shape, same name
     assert export_weights(net, lora_only=False)["0.weight"].shape == (4, 3)
+
+
+def test_export_follows_a_dtype_changed_in_place():
+    """`module.to(dtype)` keeps the Parameter objects: the export's kept slots must see the new dtype."""
+    net = _net()
+    assert export_weights(net, lora_only=False)["0.weight"].dtype == torch.float32
+    net.to(torch.float64)
+    got = export_weights(net, lora_only=False)
+    assert got["0.weight"].dtype == torch.float64 and torch.equal(got["0.weight"], net[0].weight.detach())

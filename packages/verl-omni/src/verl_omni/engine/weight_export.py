@@ -192,6 +192,7 @@ class _Plan:
         self.slots = slots
         self.values = [s.value for s in slots]
         self.shapes = [s.value.shape for s in slots]
+        self.metas = [(v.shape, v.dtype, v.device) for v in self.values]  # `module.to(...)` keeps the objects
         self.views = [  # as_strided arguments into the flat buffer viewed as the slot's dtype
             (s.dtype, s.value.shape, _contiguous_strides(s.value.shape), s.offset // s.dtype.itemsize) for s in slots
         ]
@@ -215,7 +216,7 @@ def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
 
 
 def _export_plan(module: nn.Module, lora_only: bool, adapter_name: str, dtype: torch.dtype | None) -> _Plan:
-    """The selected entries' slots; reused while the same tensor objects (same shapes) fill the same entries."""
+    """The selected entries' slots; reused while the same tensor objects (same shape, dtype, device) fill them."""
     entries = select_entries(module, ("lora" if lora_only else "base",), lambda k: ("lora_" in k) == lora_only)
     cache = entry_cache(module)
     key = (lora_only, adapter_name, dtype)
@@ -225,7 +226,7 @@ def _export_plan(module: nn.Module, lora_only: bool, adapter_name: str, dtype: t
         plan is not None
         and len(plan.values) == len(values)
         and all(map(operator.is_, plan.values, values))
-        and all(v.shape == shape for v, shape in zip(values, plan.shapes, strict=True))
+        and all((v.shape, v.dtype, v.device) == meta for v, meta in zip(values, plan.metas, strict=True))
     ):
         return plan
     slots, offset = [], 0
