@@ -60,7 +60,7 @@ class _Layout:
             skip = m._non_persistent_buffers_set
             self.owners.extend((dotted + n, m._buffers, n) for n in m._buffers if n not in skip)
         self.sizes = list(map(len, self.sized))
-        self.verified: tuple[str, ...] | None = None  # the key tuple a real `state_dict()` confirmed
+        self.verified = False  # a real `state_dict()` confirmed the keys of the non-None entries
         self.absent: list[int] = []  # owners whose entry was None then (not in the state dict)
         self.plans: dict[tuple[Any, ...], tuple[list[int], list[str]]] = {}  # selection -> (entry indices, keys)
         self.cache: dict[Any, Any] = {}  # the caller's own, dropped with the layout (`entry_cache`)
@@ -98,13 +98,13 @@ def select_entries(
         for hook in m._state_dict_pre_hooks.values():
             hook(m, dotted, False)
     owners = layout.owners
-    if layout.verified is None or any(owners[i][1][owners[i][2]] is not None for i in layout.absent):
+    if not layout.verified or any(owners[i][1][owners[i][2]] is not None for i in layout.absent):
         layout.absent = [i for i, (_, owner, n) in enumerate(owners) if owner[n] is None]  # e.g. a bias=None
         keys = tuple(k for k, owner, n in owners if owner[n] is not None)
-        layout.verified, layout.plans = None, {}
+        layout.verified, layout.plans = False, {}
         if tuple(module.state_dict()) != keys:
             return [(k, v) for k, v in module.state_dict().items() if keep is None or keep(k)]
-        layout.verified = keys
+        layout.verified = True
     plan = layout.plans.get(selection)
     if plan is None:
         absent = set(layout.absent)
@@ -112,7 +112,7 @@ def select_entries(
         plan = layout.plans[selection] = (picked, [owners[i][0] for i in picked])
     entries = [(key, owners[i][1][owners[i][2]]) for i, key in zip(plan[0], plan[1], strict=True)]
     if any(v is None for _, v in entries):  # set to None since the check: not in the state dict any more
-        layout.verified = None
+        layout.verified = False
         return select_entries(module, selection, keep)
     return entries
 

@@ -191,7 +191,6 @@ class _Plan:
     def __init__(self, slots: list[_Slot]) -> None:
         self.slots = slots
         self.values = [s.value for s in slots]
-        self.shapes = [s.value.shape for s in slots]
         self.metas = [(v.shape, v.dtype, v.device) for v in self.values]  # `module.to(...)` keeps the objects
         self.views = [  # as_strided arguments into the flat buffer viewed as the slot's dtype
             (s.dtype, s.value.shape, _contiguous_strides(s.value.shape), s.offset // s.dtype.itemsize) for s in slots
@@ -266,7 +265,7 @@ def export_state(
     of a device-to-host export (a tensor larger than it gets its own chunk).
     """
     plan = _export_plan(module, lora_only, adapter_name, dtype)
-    slots, shapes = plan.slots, plan.shapes
+    slots = plan.slots
     if not slots:
         return {}
     source = slots[0].value.device
@@ -279,9 +278,8 @@ def export_state(
         s.key: typed[dt].as_strided(shape, strides, start)
         for s, (dt, shape, strides, start) in zip(slots, plan.views, strict=True)
     }
-    flat = _Typed(flat)
     if staged:
-        _staged_copy(slots, shapes, flat.flat, source, chunk_bytes)
+        _staged_copy(slots, [shape for shape, _, _ in plan.metas], flat, source, chunk_bytes)
     elif plan.local_device == target:  # a copy (and cast) into the snapshot buffer
         torch._foreach_copy_(list(out.values()), plan.local_sources())
     else:

@@ -158,7 +158,7 @@ class DiffusersRolloutEngine:
         owners = {id(t): layer for t, layer in lora_merge.pristine_tensors(self.transformer).values()} if full else {}
         targets = [params[_strip(name)] for name, _ in items]
         self._copy_into(targets, [tensor for _, tensor in items])
-        self.sources_read = _record_event(targets)
+        self.mark_sources_read()
         touched = {id(owners[id(p)]): owners[id(p)] for p in targets if id(p) in owners}
         if lora_config is not None or self._merge_pending:
             self.remerge_lora()
@@ -177,6 +177,17 @@ class DiffusersRolloutEngine:
                 for j, tensor in chunk:
                     targets[staged[j]].copy_(tensor)
             torch.cuda.current_stream(targets[staged[0]].device).synchronize()  # the sources may be reused on return
+
+    def mark_sources_read(self) -> None:
+        """Set `sources_read`: a CUDA event recorded now on the current stream (None off CUDA).
+
+        It completes once every copy queued so far from an update's source tensors is done; work queued after it
+        (the merge) may still be running.
+        """
+        self.sources_read = None
+        if self.device.type == "cuda":
+            self.sources_read = torch.cuda.Event()
+            self.sources_read.record()
 
     def remerge_lora(self) -> None:
         """Fold the loaded LoRA adapters into the base weights again, from the pristine copies.
@@ -317,12 +328,3 @@ class DiffusersRolloutEngine:
             return []
         owners = lora_merge.pristine_tensors(self.transformer)
         return [p for p in self.transformer.parameters() if id(p) in owners]
-
-
-def _record_event(targets: list[torch.Tensor]) -> Any:
-    """A CUDA event recorded now on the current stream when some target is on a GPU, else None."""
-    if not any(t.device.type == "cuda" for t in targets):
-        return None
-    event = torch.cuda.Event()
-    event.record()
-    return event

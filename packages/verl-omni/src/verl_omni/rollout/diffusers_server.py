@@ -8,7 +8,6 @@ import json
 import random
 import threading
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -305,7 +304,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         if update.kind == "full":
             self._full_version = update.version
             engine = self._require_engine("update_weights")
-            self._sources_read = await self._run_blocking(_record_then, self._device, engine.remerge_lora)
+            await self._run_blocking(lambda: (engine.mark_sources_read(), engine.remerge_lora()))
+            self._sources_read = engine.sources_read  # the slices are copied; the merge may still be running
             return
         engine = self._require_engine("update_weights")
         config = _peft_dict(update.peft_config)
@@ -367,16 +367,6 @@ class DiffusersHttpServer(RolloutHttpServer):
 
 def _no_op() -> None:
     return None
-
-
-def _record_then(device: torch.device, then: Callable[[], None]) -> Any:
-    """Record a CUDA event on the current stream (None off CUDA), then run `then` (queued after the event)."""
-    event = None
-    if device.type == "cuda":
-        event = torch.cuda.Event()
-        event.record()
-    then()
-    return event
 
 
 def _canonical(manifest: list[TensorSpec]) -> list[TensorSpec]:
