@@ -14,6 +14,7 @@
 #   trainer-run-a / -b: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout), 2 warm-up + 3 steps:
 #            workload A compiled, colocated and awake, with the flow_grpo-style baseline in the same command; workload
 #            B compiled, colocated and awake. Each fits one 10-minute call of the lent machine.
+#            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+rcompile`).
 #            (`--variants compile+perprompt+http` gives the defaults before the grouped requests and the shm segment.)
 #   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, from a second process shm vs CUDA IPC, the engine's update vs per-tensor
 #            copies, merge vs peft, sleep / wake after a LoRA update vs full copies)
@@ -54,9 +55,9 @@ for phase in "$@"; do
     trainer-run) bash "$0" trainer-run-a trainer-run-b || status=1 ;;
     # each of these fits one 10-minute call of the lent machine (about 400 s and 260 s)
     trainer-run-a) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-a timeout 560 python3 benchmarks/bench_trainer_run.py \
-                     --device cuda --preset a --variants compile,compile+awake --warmup 2 --steps 3 --out "$out" ;;
+                     --device cuda --preset a --variants "${RUN_A_VARIANTS:-compile,compile+awake}" --warmup 2 --steps 3 --out "$out" ;;
     trainer-run-b) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 560 python3 benchmarks/bench_trainer_run.py \
-                     --device cuda --preset b --variants compile,compile+awake --skip-baseline --warmup 2 --steps 3 \
+                     --device cuda --preset b --variants "${RUN_B_VARIANTS:-compile,compile+awake}" --skip-baseline --warmup 2 --steps 3 \
                      --out "$out" ;;
     lora-sync) for preset in a b; do
                  CUDA_VISIBLE_DEVICES=0 run bench-lora-sync-$preset python3 benchmarks/bench_lora_sync.py \

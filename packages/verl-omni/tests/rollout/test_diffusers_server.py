@@ -297,6 +297,12 @@ def test_merge_lora_switch_is_a_trainer_config_override(tiny_qwen_image_path):
     assert DiffusersHttpServer(default.with_model(path))._engine_options == {}  # the engine's default: merged
 
 
+def test_compile_blocks_reaches_the_served_engine(launch):
+    server = launch(engine_kwargs={"diffusers": {"compile_blocks": True}})
+    engine = server._require_engine("test")
+    assert engine.compiled_blocks == len(engine.transformer.transformer_blocks) > 0
+
+
 # ---- config and registry -------------------------------------------------------------------------
 
 

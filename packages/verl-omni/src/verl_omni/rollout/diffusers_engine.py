@@ -17,7 +17,7 @@ from verl_omni.rollout import lora_merge
 from verl_omni.rollout.host_offload import HostOffload
 from verl_omni.rollout.staging import staged_to_device
 
-__all__ = ["DiffusersRolloutEngine", "canonical_weight_name"]
+__all__ = ["DiffusersRolloutEngine", "canonical_weight_name", "compile_transformer_blocks"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,33 @@ def _strip(name: str) -> str:
     return name
 
 
+def compile_transformer_blocks(transformer: torch.nn.Module) -> int:
+    """`torch.compile` each repeated block of `transformer` in place; return how many were compiled.
+
+    The blocks are the modules whose class the model lists in diffusers' `_repeated_blocks` (what
+    `ModelMixin.compile_repeated_blocks` compiles), or else the children of its `transformer_blocks` list (SD3 lists
+    none). Each block's forward is wrapped lazily (`nn.Module.compile`): nothing is compiled before a forward, and
+    adapters added later (a LoRA) only trigger a recompile of the block.
+
+    Raises:
+        ValueError: no block found (names the transformer class).
+    """
+    names = set(getattr(transformer, "_repeated_blocks", None) or ())
+    if names:
+        blocks = [m for m in transformer.modules() if type(m).__name__ in names]
+    else:
+        container = getattr(transformer, "transformer_blocks", None)
+        blocks = list(container.children()) if isinstance(container, torch.nn.ModuleList) else []
+    if not blocks:
+        raise ValueError(
+            f"rollout.engine_kwargs.diffusers.compile_blocks: {type(transformer).__name__} has no repeated blocks "
+            "(no `_repeated_blocks` and no `transformer_blocks` list); set it to false"
+        )
+    for block in blocks:
+        block.compile()
+    return len(blocks)
+
+
 class DiffusersRolloutEngine:
     """Loads a diffusers pipeline folder in-process and generates FlowGRPO trajectories.
 
@@ -52,9 +79,13 @@ class DiffusersRolloutEngine:
             it wraps (`W = W0 + scale * B @ A`, recomputed from a pristine copy of `W0` after every weight update),
             so the sampling forward is the plain model; the adapter weights are then held in float32. False
             runs peft's LoRA layers in the forward (slower; the pristine copies cost no memory).
+        compile_blocks (`bool`, defaults to `False`): `torch.compile` each repeated block of the transformer
+            (regional compilation, see `compile_transformer_blocks`); the first requests of each shape pay the
+            compile time.
 
     Raises:
         KeyError: the folder's `_class_name` has no registered adapter (lists the registered names).
+        ValueError: `compile_blocks` and the transformer has no repeated blocks to compile.
     """
 
     def __init__(
@@ -66,6 +97,7 @@ class DiffusersRolloutEngine:
         sampling: DiffusionSamplingConfig | None = None,
         external_lib: str | None = None,
         merge_lora: bool = True,
+        compile_blocks: bool = False,
     ) -> None:
         self.model_path = pathlib.Path(model_path)
         class_name = json.loads((self.model_path / "model_index.json").read_text())["_class_name"]
@@ -78,6 +110,7 @@ class DiffusersRolloutEngine:
         self.device = torch.device(device)
         self.pipeline = pipeline_cls.from_pretrained(self.model_path, dtype=dtype).to(self.device)
         self.pipeline.set_progress_bar_config(disable=True)
+        self.compiled_blocks = compile_transformer_blocks(self.pipeline.transformer) if compile_blocks else 0
         self.sampling = sampling or DiffusionSamplingConfig()
         self.weight_version = 0
         self.sources_read: Any = None  # CUDA event after the last update's copies (its merge may still run)

@@ -2,7 +2,7 @@
 
 `rollout.device` (`auto`, `cpu`, `cuda[:i]`), the weight dtype of a plain `RolloutConfig` (`model.dtype`) and
 `rollout.engine_kwargs.diffusers`, checked by name and type and split into `DiffusersRolloutEngine` arguments
-(`merge_lora`) and `Coalescer` arguments (`coalesce`, `coalesce_max_images`).
+(`merge_lora`, `compile_blocks`) and `Coalescer` arguments (`coalesce`, `coalesce_max_images`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,12 @@ import torch
 __all__ = ["COALESCE_OPTIONS", "DTYPES", "ENGINE_OPTIONS", "engine_options"]
 
 DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-ENGINE_OPTIONS: dict[str, type] = {"merge_lora": bool, "coalesce": bool, "coalesce_max_images": int}
+ENGINE_OPTIONS: dict[str, type] = {
+    "merge_lora": bool,
+    "compile_blocks": bool,
+    "coalesce": bool,
+    "coalesce_max_images": int,
+}
 COALESCE_OPTIONS = {"coalesce": "enabled", "coalesce_max_images": "max_images"}  # key -> `Coalescer` argument
 
 
