@@ -63,8 +63,8 @@ def test_compiled_engine_on_cuda_follows_lora_updates_across_sleep_and_wake(tiny
     kwargs = {"sampling": sampling, "device": "cuda", "dtype": torch.bfloat16}
     compiled = DiffusersRolloutEngine(tiny_qwen_image_path, compile_blocks=True, **kwargs)
     eager = DiffusersRolloutEngine(tiny_qwen_image_path, **kwargs)
-    first, config = random_transformer_lora(tiny_qwen_image_path, seed=1, std=0.1)
-    second, _ = random_transformer_lora(tiny_qwen_image_path, seed=2, std=0.1)
+    first, config = random_transformer_lora(tiny_qwen_image_path, seed=1, std=0.5)
+    second, _ = random_transformer_lora(tiny_qwen_image_path, seed=2, std=0.5)
     results = []
     for tensors in (first, second):
         outs = []
@@ -74,7 +74,8 @@ def test_compiled_engine_on_cuda_follows_lora_updates_across_sleep_and_wake(tiny
             engine.wake_up()
             outs.append(engine.generate(PROMPTS, generator=make_generators(0, 2))["latents"])
         results.append(outs)
-    change = (results[1][1] - results[0][1]).abs().mean()  # what the second LoRA moves (eager)
+    # bf16 kernels fused differently differ a little; weights left from the other update would differ much more
     for step, (got, want) in enumerate(results):
         error = (got - want).abs().mean()
-        assert error < change / 10, f"update {step}: compiled is {error:.3g} off eager (LoRA moves {change:.3g})"
+        stale = (got - results[1 - step][1]).abs().mean()  # distance to what the other update samples (eager)
+        assert error < stale / 3, f"update {step}: compiled is {error:.3g} off eager, {stale:.3g} off the other update"
