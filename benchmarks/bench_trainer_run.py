@@ -66,6 +66,7 @@ VARIANTS: dict[str, list[str]] = {
     "keep": ["actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false"],
     "awake": ["actor_rollout_ref.rollout.free_cache_engine=false"],
     "rcompile": ["actor_rollout_ref.rollout.engine_kwargs.diffusers.compile_blocks=true"],  # the rollout's blocks
+    "eager-rollout": ["actor_rollout_ref.rollout.enforce_eager=true"],  # the rollout's blocks not compiled
     "coalesce": ["actor_rollout_ref.rollout.engine_kwargs.diffusers.coalesce=true"],
     "perprompt": ["actor_rollout_ref.rollout.agent.prompts_per_request=1"],  # the old one request per prompt
     "http": ["actor_rollout_ref.rollout.update_weights_transport=http"],  # weights over HTTP, not the shm segment

@@ -14,7 +14,7 @@
 #   trainer-run-a / -b: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout), 2 warm-up + 3 steps:
 #            workload A compiled, colocated and awake, with the flow_grpo-style baseline in the same command; workload
 #            B compiled, colocated and awake. Each fits one 10-minute call of the lent machine.
-#            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+rcompile`).
+#            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+eager-rollout`).
 #            (`--variants compile+perprompt+http` gives the defaults before the grouped requests and the shm segment.)
 #   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, from a second process shm vs CUDA IPC, the engine's update vs per-tensor
 #            copies, merge vs peft, sleep / wake after a LoRA update vs full copies)

@@ -292,9 +292,30 @@ def test_merge_lora_switch_is_a_trainer_config_override(tiny_qwen_image_path):
     path = str(tiny_qwen_image_path)
     off = "actor_rollout_ref.rollout.engine_kwargs.diffusers.merge_lora=false"
     rollout = load_config([f"actor_rollout_ref.model.path={path}", off]).actor_rollout_ref.rollout
-    assert DiffusersHttpServer(rollout.with_model(path))._engine_options == {"merge_lora": False}
+    options = DiffusersHttpServer(rollout.with_model(path))._engine_options
+    assert options == {"merge_lora": False, "compile_blocks": False}  # trainer.device=auto is the CPU here
     default = load_config([f"actor_rollout_ref.model.path={path}"]).actor_rollout_ref.rollout
-    assert DiffusersHttpServer(default.with_model(path))._engine_options == {}  # the engine's default: merged
+    assert "merge_lora" not in DiffusersHttpServer(default.with_model(path))._engine_options  # the engine's: merged
+
+
+@pytest.mark.parametrize(
+    ("device", "enforce_eager", "engine_kwargs", "compiled"),
+    [
+        ("cuda", False, {}, True),  # the default on a GPU
+        ("cuda", True, {}, False),
+        ("cpu", False, {}, False),  # a CPU compiles slower than it samples a tiny model
+        ("cuda", False, {"diffusers": {"compile_blocks": False}}, False),  # the explicit option wins
+        ("cpu", True, {"diffusers": {"compile_blocks": True}}, True),
+    ],
+)
+def test_compile_blocks_defaults_to_cuda_and_not_enforce_eager(
+    tiny_qwen_image_path, monkeypatch, device, enforce_eager, engine_kwargs, compiled
+):
+    import verl_omni.rollout.diffusers_server as server_module
+
+    monkeypatch.setattr(server_module, "resolve_device", lambda _: torch.device(device))  # no GPU needed to decide
+    config = _config(tiny_qwen_image_path, enforce_eager=enforce_eager, engine_kwargs=engine_kwargs)
+    assert DiffusersHttpServer(config)._engine_options["compile_blocks"] is compiled
 
 
 def test_compile_blocks_reaches_the_served_engine(launch):

@@ -189,6 +189,11 @@ class DiffusionRolloutConfig(RolloutConfig):
         val_kwargs (`DiffusionValKwargsConfig`): validation overrides.
         agent (`DiffusionAgentLoopConfig`): the agent loop name.
         free_cache_engine (`bool`): sleep the servers between rollout and training (colocated mode).
+        enforce_eager (`bool`): run the rollout eagerly. False: the `diffusers` backend compiles its transformer's
+            repeated blocks on CUDA (`engine_kwargs.diffusers.compile_blocks` decides when set); vLLM-Omni keeps
+            its CUDA graphs.
+        engine_kwargs (`dict`): backend options: `diffusers.{merge_lora,compile_blocks,coalesce,coalesce_max_images}`,
+            `vllm_omni.*` (AsyncOmni arguments).
 
     Raises:
         ConfigValueError: a value out of range, or LLM `sampling` keys set (names the key).

@@ -95,6 +95,8 @@ class DiffusersHttpServer(RolloutHttpServer):
         else:
             self._dtype, self._external_lib = DTYPES[config.model.dtype], None
         options, coalesce = engine_options(config.engine_kwargs)
+        # compiled blocks sample ~1.3x faster on an H200 (docs/benchmarks.md); on a CPU the compile costs more
+        options.setdefault("compile_blocks", self._device.type == "cuda" and not config.enforce_eager)
         self._coalescer = Coalescer(self._run_batch, lambda: self._run_blocking(_no_op), **coalesce)
         self._engine_options = options  # `DiffusersRolloutEngine` arguments
         self._engine: DiffusersRolloutEngine | None = None
