@@ -52,7 +52,21 @@ def _bars(draw, x0: int, x1: int, rows, values, *, stacks=None, label: str, fmt:
             base += sec
         draw.text(((left + right) / 2, y1 - value / top * (y1 - y0) - 4), fmt.format(value), fill="black",
                   font=font, anchor="md")  # fmt: skip
-        draw.text(((left + right) / 2, y1 + 6), name[:26], fill="black", font=font, anchor="ma")
+        label = _wrap(draw, name, font, slot * 0.95)
+        draw.multiline_text(((left + right) / 2, y1 + 6), label, fill="black", font=font, anchor="ma", align="center")
+
+
+def _wrap(draw, name: str, font, width: float) -> str:
+    """`name` broken before `+` and at spaces into lines no wider than `width` (where a piece allows)."""
+    pieces = name.replace("+", " +").split(" ")
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        joined = lines[-1] + ("" if piece.startswith("+") else " ") + piece
+        if draw.textlength(joined, font=font) <= width:
+            lines[-1] = joined
+        else:
+            lines.append(piece)
+    return "\n".join(lines)
 
 
 _STAGE_INDEX: dict[str, int] = {}
