@@ -209,3 +209,31 @@ def test_pushes_reuse_one_client_per_server_until_close(server, llm, monkeypatch
     gc.collect()
     thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_clients_of_servers_a_push_no_longer_addresses_are_closed(server, llm, monkeypatch):
+    """A replica restarted on a new address: the client kept for the old one is closed, not left idle."""
+    from verl_omni.trainer import weight_push
+
+    closed = []
+
+    class Tracking(weight_push.RolloutClient):
+        async def aclose(self):
+            closed.append(self.address)
+            await super().aclose()
+
+    monkeypatch.setattr(weight_push, "RolloutClient", Tracking)
+    pusher = WeightPusher("http")
+    other = server.address.replace("127.0.0.1", "localhost")  # the same server under a second address
+    assert other != server.address
+    try:
+        for address in (server.address, server.address, other):
+            version = server.weight_version + 1
+            out = pusher.push([address], random_state_dict(llm, seed=version), version=version, peft_config=None,
+                              bucket_bytes=1 << 16, timeout_s=60)  # fmt: skip
+            assert out["served_versions"] == [version]
+        assert closed == [server.address]
+        assert [key[0] for key in pusher._clients] == [other]
+    finally:
+        pusher.close()
+    assert sorted(closed) == sorted([server.address, other])

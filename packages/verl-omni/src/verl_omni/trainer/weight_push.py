@@ -120,7 +120,9 @@ class WeightPusher:
                 return await host_path(client)
 
         async def all_servers() -> list[Any]:
-            return await asyncio.gather(*(one(self._client(a, r, timeout_s)) for r, a in enumerate(addresses)))
+            clients = [self._client(a, r, timeout_s) for r, a in enumerate(addresses)]
+            await self._close_other_clients(clients)  # e.g. a replica restarted on a new port
+            return await asyncio.gather(*(one(c) for c in clients))
 
         future = asyncio.run_coroutine_threadsafe(all_servers(), self._running_loop())
         try:
@@ -159,6 +161,14 @@ class WeightPusher:
         if client is None:
             client = self._clients[key] = RolloutClient(address, rank=rank, weight_timeout_s=timeout_s)
         return client
+
+    async def _close_other_clients(self, keep: list[RolloutClient]) -> None:
+        """Close and forget the kept clients not in `keep` (servers this push does not address); on `_loop`."""
+        kept = {id(c) for c in keep}
+        stale = [key for key, c in self._clients.items() if id(c) not in kept]
+        if stale:
+            gone = [self._clients.pop(key) for key in stale]
+            await asyncio.gather(*(c.aclose() for c in gone), return_exceptions=True)
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
