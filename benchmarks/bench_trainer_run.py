@@ -39,6 +39,7 @@ mean per request of the client round trip minus the server's latency, i.e. traje
 
     python benchmarks/bench_trainer_run.py --preset a --variants default,compile --out "$OUT"      # H200
     python benchmarks/bench_trainer_run.py --preset tiny --device cpu --steps 2 --warmup 1          # CPU, a minute
+    python benchmarks/bench_trainer_run.py --preset a --variants compile,compile+2gpu --skip-baseline   # 2 GPUs
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import statistics
@@ -73,7 +75,34 @@ VARIANTS: dict[str, list[str]] = {
     "recompute": ["algorithm.rollout_correction.fuse_on_policy_old_log_prob=false"],
     "reuse": ["algorithm.rollout_correction.bypass_mode=true"],
 }  # fmt: skip
-"""Variant parts (join with `+`, e.g. `compile+awake`) -> extra overrides."""
+"""Variant parts (join with `+`, e.g. `compile+awake`) -> extra overrides. A part `Ngpu` (e.g. `compile+2gpu`) runs
+on N GPUs (N CPU ranks on the CPU) with N times the prompts per step, one optimizer step each, as weak scaling:
+each device does the one-device run's work; its result carries `vs_1gpu`, against the same variant without it."""
+GPU_PART = re.compile(r"^(\d+)gpu$")
+
+
+def variant_overrides(name: str) -> list[str]:
+    """The overrides of variant `name` (parts joined with `+`; see `VARIANTS` and `GPU_PART`)."""
+    extra: list[str] = []
+    for part in name.split("+"):
+        match = GPU_PART.match(part)
+        if match is None:
+            extra += VARIANTS[part]
+            continue
+        gpus, prompts = int(match.group(1)), len(PROMPTS) * int(match.group(1))
+        extra += [f"trainer.n_gpus_per_node={gpus}", f"data.train_batch_size={prompts}",
+                  f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}"]  # fmt: skip
+    return extra
+
+
+def single_gpu_name(name: str) -> str | None:
+    """`name` without its `Ngpu` part (None when it has none): the variant a scaling run is compared with."""
+    parts = name.split("+")
+    rest = [p for p in parts if not GPU_PART.match(p)]
+    if len(rest) == len(parts):
+        return None
+    return "+".join(rest) or "default"
+
 
 STAGES = ["gen", "rollout_sleep", "reward", "adv", "old_log_prob", "ref", "update_actor", "update_weights"]
 """The trainer's top-level timers inside `timing_s/step`, in step order (the rest of the step is `other`)."""
@@ -129,9 +158,10 @@ def workload_overrides(w: Workload, folder: pathlib.Path, prompts: pathlib.Path,
     ]
 
 
-def write_prompts(w: Workload, path: pathlib.Path) -> pathlib.Path:
-    """The two benchmark prompts as jsonl, routed to the jpeg reward (SD3: empty negative prompt, as flow_grpo)."""
-    rows = [{"prompt": p, "data_source": "jpeg_compressibility"} for p in PROMPTS]
+def write_prompts(w: Workload, path: pathlib.Path, copies: int = 8) -> pathlib.Path:
+    """The two benchmark prompts as jsonl, `copies` times in order (a step of `k` copies on `k` devices), routed to
+    the jpeg reward (SD3: empty negative prompt, as flow_grpo)."""
+    rows = [{"prompt": p, "data_source": "jpeg_compressibility"} for p in PROMPTS] * copies
     if w.model == "sd3":
         rows = [dict(r, negative_prompt="") for r in rows]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -181,7 +211,7 @@ def run_variant(name: str, base: list[str], run_dir: pathlib.Path, total: int) -
     """One `verl-omni-train` run of `total` steps; return its exit status, wall time and metrics rows."""
     from verl_omni.trainer.main import run
 
-    extra = [o for part in name.split("+") for o in VARIANTS[part]]
+    extra = variant_overrides(name)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     argv = [
@@ -301,7 +331,9 @@ def print_report(results: dict[str, Any]) -> None:
             print(f"{name:<16} ERROR rc={r.get('rc')} {r.get('error', '')}")
             continue
         ratio = f"  x{r['vs_baseline']:.2f} baseline" if "vs_baseline" in r else ""
-        print(f"{name:<16} {r['images_per_s']:6.2f} img/s  step {r['step_s']:.2f} s{ratio}")
+        ratio += f"  x{r['vs_1gpu']:.2f} one device" if "vs_1gpu" in r else ""
+        print(f"{name:<16} {r['images_per_s']:6.2f} img/s  step {r['step_s']:.2f} s  "
+              f"({r['images_per_step']:g} images){ratio}")  # fmt: skip
         print("   " + ", ".join(f"{k} {v:.3f}s ({100 * r['stage_share'][k]:.1f}%)" for k, v in r["stage_s"].items()))
         print("   sub: " + ", ".join(f"{k} {v:.4f}s" for k, v in r["sub_stage_s"].items()))
         if r["peak_gib"]:
@@ -336,8 +368,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     preset = args.preset or ("a" if device == "cuda" else "tiny")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
-        if not set(v.split("+")) <= VARIANTS.keys():
-            raise SystemExit(f"--variants: unknown variant {v!r}; parts: {', '.join(VARIANTS)} (join with +)")
+        if not all(part in VARIANTS or GPU_PART.match(part) for part in v.split("+")):
+            raise SystemExit(f"--variants: unknown variant {v!r}; parts: {', '.join(VARIANTS)}, Ngpu (join with +)")
     w = PRESETS[preset]
     dtype = "bfloat16" if device == "cuda" else "float32"
     warmup = args.warmup if args.warmup is not None else (2 if device == "cuda" else 1)
@@ -370,6 +402,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             entry.update(summarize(done["rows"], warmup) if done["rc"] == 0 else {"error": "the trainer failed"})
             results["variants"][name] = entry
             save()
+        for name, entry in results["variants"].items():  # weak scaling: against the same variant on one device
+            one = results["variants"].get(single_gpu_name(name) or "")
+            if one and "images_per_s" in one and "images_per_s" in entry:
+                entry["vs_1gpu"] = entry["images_per_s"] / one["images_per_s"]
         if not args.skip_baseline and w.model == "sd3":
             try:
                 results["baseline"] = run_baseline(folder, w, device, dtype, warmup, steps)

@@ -3,7 +3,7 @@
 # machine, build the package bundle first with `bash benchmarks/prepare_device.sh`):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
 # Phases: env, tests, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
-#         trainer, trainer-run (= trainer-run-a trainer-run-b), lora-sync.
+#         trainer, trainer-run (= trainer-run-a trainer-run-b), trainer-run-scaling (needs 2 GPUs), lora-sync.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
@@ -14,6 +14,8 @@
 #   trainer-run-a / -b: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout), 2 warm-up + 3 steps:
 #            workload A compiled, colocated and awake, with the flow_grpo-style baseline in the same command; workload
 #            B compiled, colocated and awake. Each fits one 10-minute call of the lent machine.
+#   trainer-run-scaling (needs 2 GPUs): workload A compiled on one GPU and on two (twice the prompts per step),
+#            colocated; the two-GPU run's `vs_1gpu` is the weak-scaling ratio (target >= 1.8).
 #            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+eager-rollout`).
 #            (`--variants compile+perprompt+http` gives the defaults before the grouped requests and the shm segment.)
 #   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, from a second process shm vs CUDA IPC, the engine's update vs per-tensor
@@ -59,6 +61,9 @@ for phase in "$@"; do
     trainer-run-b) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 560 python3 benchmarks/bench_trainer_run.py \
                      --device cuda --preset b --variants "${RUN_B_VARIANTS:-compile,compile+awake}" --skip-baseline --warmup 2 --steps 3 \
                      --out "$out" ;;
+    trainer-run-scaling) run bench-trainer-run-scaling timeout 560 python3 benchmarks/bench_trainer_run.py \
+                           --device cuda --preset a --variants "${RUN_SCALING_VARIANTS:-compile,compile+2gpu}" \
+                           --skip-baseline --warmup 2 --steps 3 --out "$out/scaling" ;;
     lora-sync) for preset in a b; do
                  CUDA_VISIBLE_DEVICES=0 run bench-lora-sync-$preset python3 benchmarks/bench_lora_sync.py \
                    --device cuda --preset $preset --out "$out"

@@ -52,3 +52,34 @@ def test_trainer_run_benchmark_measures_the_trainer_per_stage_and_leaves_no_proc
     assert res["baseline"]["images_per_s"] > 0 and run["vs_baseline"] > 0
     assert pathlib.Path(res["chart"]).is_file()
     assert (tmp_path / "bench_trainer_run_cpu_tiny.json").is_file()
+
+
+def test_variant_parts_map_to_overrides_and_ngpu_scales_the_step():
+    bench = _bench()
+    assert bench.variant_overrides("awake") == ["actor_rollout_ref.rollout.free_cache_engine=false"]
+    two = bench.variant_overrides("awake+2gpu")
+    prompts = 2 * len(bench.PROMPTS)  # weak scaling: each device gets the one-device step's prompts
+    assert two == [
+        "actor_rollout_ref.rollout.free_cache_engine=false",
+        "trainer.n_gpus_per_node=2",
+        f"data.train_batch_size={prompts}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}",
+    ]
+    assert [bench.single_gpu_name(n) for n in ("compile+2gpu", "2gpu", "compile")] == ["compile", "default", None]
+    with pytest.raises(KeyError):
+        bench.variant_overrides("nosuch")
+
+
+@pytest.mark.timeout(400)
+def test_two_rank_run_reports_its_scaling_against_the_one_rank_run(tmp_path):
+    """`2gpu` on the CPU: two gloo ranks and two rollout replicas under Ray, twice the images per step."""
+    pytest.importorskip("ray")
+    res = _bench().main(
+        ["--preset", "tiny", "--device", "cpu", "--variants", "default,2gpu", "--warmup", "1", "--steps", "1",
+         "--skip-baseline", "--out", str(tmp_path)]
+    )  # fmt: skip
+    one, two = res["variants"]["default"], res["variants"]["2gpu"]
+    assert one["rc"] == two["rc"] == 0 and two["leftover_processes"] == {}
+    assert two["images_per_step"] == 2 * one["images_per_step"]
+    assert two["vs_1gpu"] == pytest.approx(two["images_per_s"] / one["images_per_s"])
+    assert "vs_1gpu" not in one
