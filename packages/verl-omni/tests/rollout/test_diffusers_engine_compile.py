@@ -47,6 +47,20 @@ def test_compiled_engine_samples_what_the_eager_engine_samples(tiny_qwen_image_p
         assert (got["images"].int() - want["images"].int()).abs().max() <= 1  # uint8 rounding of the decode
 
 
+def test_a_failing_compile_is_an_error_naming_the_keys_that_turn_it_off(tiny_qwen_image_path, tiny_sampling_config):
+    def failing_backend(graph, example_inputs):
+        raise ValueError("no compiler for this graph")
+
+    sampling = tiny_sampling_config.evolve(n=1, num_inference_steps=2, sde_window_size=1, sde_window_range=[0, 2])
+    engine = DiffusersRolloutEngine(tiny_qwen_image_path, sampling=sampling, compile_blocks=True)
+    for block in engine.transformer.transformer_blocks:
+        block.compile(backend=failing_backend)  # a real dynamo compile whose backend fails
+    with pytest.raises(RuntimeError, match=r"enforce_eager=true.*compile_blocks=false") as info:
+        engine.generate(PROMPTS, generator=make_generators(0, 1))
+    assert "no compiler for this graph" in str(info.value)
+    assert isinstance(info.value.__cause__, torch._dynamo.exc.BackendCompilerFailed)
+
+
 def test_compile_blocks_without_blocks_names_the_option():
     with pytest.raises(ValueError, match=r"engine_kwargs\.diffusers\.compile_blocks: Linear has no repeated blocks"):
         compile_transformer_blocks(torch.nn.Linear(2, 2))

@@ -11,7 +11,7 @@ from tensordict import TensorDict
 
 from verl_core.config import RolloutConfig
 from verl_core.rollout.client import RolloutClient
-from verl_core.rollout.errors import BadRequestError, WeightSyncError
+from verl_core.rollout.errors import BadRequestError, EngineError, WeightSyncError
 from verl_core.rollout.registry import get_backend
 from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE
 from verl_core.testing.server_contract import canonical, run
@@ -322,6 +322,23 @@ def test_compile_blocks_reaches_the_served_engine(launch):
     server = launch(engine_kwargs={"diffusers": {"compile_blocks": True}})
     engine = server._require_engine("test")
     assert engine.compiled_blocks == len(engine.transformer.transformer_blocks) > 0
+
+    def failing_backend(graph, example_inputs):
+        raise ValueError("no compiler for this graph")
+
+    for block in engine.transformer.transformer_blocks:
+        block.compile(backend=failing_backend)
+
+    async def over_http():
+        client = RolloutClient(server.address, timeout_s=60)
+        try:
+            return await client.generate(REQUEST)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(EngineError, match=r"enforce_eager=true") as info:  # the client sees the key to turn it off
+        run(over_http())
+    assert "no compiler for this graph" in str(info.value)
 
 
 # ---- config and registry -------------------------------------------------------------------------

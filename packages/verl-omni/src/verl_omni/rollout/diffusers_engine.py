@@ -137,12 +137,25 @@ class DiffusersRolloutEngine:
         """Generate `n` images per prompt; return the trajectory TensorDict (images under `"images"`).
 
         `should_abort` is checked before every denoising step; when it returns True, `GenerationAborted` is raised.
+
+        Raises:
+            RuntimeError: compiling the transformer's blocks failed (names the keys that turn it off).
         """
         if self._merge_pending:
             self.remerge_lora()
-        out = self.pipeline.generate_with_logprob(
-            prompts, sampling or self.sampling, generator, should_abort=should_abort
-        )
+        args = (prompts, sampling or self.sampling, generator)
+        if not self.compiled_blocks:
+            return self.pipeline.generate_with_logprob(*args, should_abort=should_abort).trajectory
+        from torch._dynamo.exc import TorchDynamoException  # loaded already: the blocks are compiled
+
+        try:
+            out = self.pipeline.generate_with_logprob(*args, should_abort=should_abort)
+        except TorchDynamoException as e:
+            raise RuntimeError(
+                f"rollout: torch.compile of the transformer blocks failed ({type(e).__name__}: {str(e)[:500]}); "
+                "set actor_rollout_ref.rollout.enforce_eager=true (or "
+                "rollout.engine_kwargs.diffusers.compile_blocks=false) to sample eagerly"
+            ) from e
         return out.trajectory
 
     # ---- weight sync ------------------------------------------------------------------------------
