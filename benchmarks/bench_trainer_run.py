@@ -158,7 +158,7 @@ def workload_overrides(w: Workload, folder: pathlib.Path, prompts: pathlib.Path,
     ]
 
 
-def write_prompts(w: Workload, path: pathlib.Path, copies: int = 8) -> pathlib.Path:
+def write_prompts(w: Workload, path: pathlib.Path, copies: int = 1) -> pathlib.Path:
     """The two benchmark prompts as jsonl, `copies` times in order (a step of `k` copies on `k` devices), routed to
     the jpeg reward (SD3: empty negative prompt, as flow_grpo)."""
     rows = [{"prompt": p, "data_source": "jpeg_compressibility"} for p in PROMPTS] * copies
@@ -394,7 +394,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             t0 = time.perf_counter()
             build_pipeline_folder(w, folder, getattr(torch, dtype))
             results["build_s"] = round(time.perf_counter() - t0, 1)
-        base = workload_overrides(w, folder, write_prompts(w, work / "prompts.jsonl"), device, dtype)
+        most = max([1] + [int(m.group(1)) for v in variants for p in v.split("+") if (m := GPU_PART.match(p))])
+        base = workload_overrides(w, folder, write_prompts(w, work / "prompts.jsonl", copies=most), device, dtype)
         results["overrides"] = base
         for name in tqdm(variants, desc=f"trainer variants ({preset})", unit="run"):
             done = run_variant(name, base, out / "runs" / f"{preset}_{name}", warmup + steps)

@@ -14,6 +14,11 @@ from verl_omni.rollout.diffusers_engine import compile_transformer_blocks
 PROMPTS = ["a cat on a red chair"]
 
 
+def _short(sampling):
+    """One image, two steps: a compile costs far more than the sampling it serves."""
+    return sampling.evolve(n=1, num_inference_steps=2, sde_window_size=1, sde_window_range=[0, 2])
+
+
 def _compiled(engine) -> list[bool]:
     return [getattr(b, "_compiled_call_impl", None) is not None for b in engine.transformer.transformer_blocks]
 
@@ -31,7 +36,7 @@ def test_compile_blocks_wraps_every_block_and_nothing_else(model, request, tiny_
 def test_compiled_engine_samples_what_the_eager_engine_samples(tiny_qwen_image_path, tiny_sampling_config):
     from verl_omni.testing import random_transformer_lora
 
-    sampling = tiny_sampling_config.evolve(n=1, num_inference_steps=2, sde_window_size=1, sde_window_range=[0, 2])
+    sampling = _short(tiny_sampling_config)
     engines = [DiffusersRolloutEngine(tiny_qwen_image_path, sampling=sampling, compile_blocks=c) for c in (True, False)]
     tensors, config = random_transformer_lora(tiny_qwen_image_path, seed=1, std=0.1)
     outputs = []
@@ -51,7 +56,7 @@ def test_a_failing_compile_is_an_error_naming_the_keys_that_turn_it_off(tiny_qwe
     def failing_backend(graph, example_inputs):
         raise ValueError("no compiler for this graph")
 
-    sampling = tiny_sampling_config.evolve(n=1, num_inference_steps=2, sde_window_size=1, sde_window_range=[0, 2])
+    sampling = _short(tiny_sampling_config)
     engine = DiffusersRolloutEngine(tiny_qwen_image_path, sampling=sampling, compile_blocks=True)
     for block in engine.transformer.transformer_blocks:
         block.compile(backend=failing_backend)  # a real dynamo compile whose backend fails

@@ -109,17 +109,23 @@ def test_negative_prompt_is_used_under_cfg(server):
     assert negative.sampling_params["negative_prompt"] == "blurry, low quality"
 
 
-def test_trajectory_travels_binary_with_uint8_images(server):
-    async def over_http():
-        client = RolloutClient(server.address)
+def _generate_over_http(server, request: dict) -> dict:
+    """`request` through a `RolloutClient` (the binary HTTP path), not the in-process call."""
+
+    async def go():
+        client = RolloutClient(server.address, timeout_s=60)
         try:
-            return await client.generate({**REQUEST, "sampling_params": {**SAMPLING, "sde_window_size": 2}})
+            return await client.generate(request)
         finally:
             await client.aclose()
 
+    return run(go())
+
+
+def test_trajectory_travels_binary_with_uint8_images(server):
     with httpx.Client(base_url=server.address, trust_env=False, timeout=30) as http:
         assert http.post("/generate", json=REQUEST).headers["content-type"] == TENSOR_CONTENT_TYPE
-    out = run(over_http())
+    out = _generate_over_http(server, {**REQUEST, "sampling_params": {**SAMPLING, "sde_window_size": 2}})
     traj = out["trajectory"]
     assert isinstance(traj, TensorDict) and traj.batch_size == torch.Size([2])
     assert traj["images"].dtype == torch.uint8 and traj["images"].shape == (2, 3, 32, 32)
@@ -329,15 +335,8 @@ def test_compile_blocks_reaches_the_served_engine(launch):
     for block in engine.transformer.transformer_blocks:
         block.compile(backend=failing_backend)
 
-    async def over_http():
-        client = RolloutClient(server.address, timeout_s=60)
-        try:
-            return await client.generate(REQUEST)
-        finally:
-            await client.aclose()
-
     with pytest.raises(EngineError, match=r"enforce_eager=true") as info:  # the client sees the key to turn it off
-        run(over_http())
+        _generate_over_http(server, REQUEST)
     assert "no compiler for this graph" in str(info.value)
 
 

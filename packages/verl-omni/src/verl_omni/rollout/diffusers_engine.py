@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import pathlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -143,20 +144,28 @@ class DiffusersRolloutEngine:
         """
         if self._merge_pending:
             self.remerge_lora()
-        args = (prompts, sampling or self.sampling, generator)
+        with self._compile_errors_named():
+            out = self.pipeline.generate_with_logprob(
+                prompts, sampling or self.sampling, generator, should_abort=should_abort
+            )
+        return out.trajectory
+
+    @contextlib.contextmanager
+    def _compile_errors_named(self) -> Iterator[None]:
+        """Turn a torch.compile failure of the compiled blocks into an error naming the keys that turn it off."""
         if not self.compiled_blocks:
-            return self.pipeline.generate_with_logprob(*args, should_abort=should_abort).trajectory
+            yield
+            return
         from torch._dynamo.exc import TorchDynamoException  # loaded already: the blocks are compiled
 
         try:
-            out = self.pipeline.generate_with_logprob(*args, should_abort=should_abort)
+            yield
         except TorchDynamoException as e:
             raise RuntimeError(
                 f"rollout: torch.compile of the transformer blocks failed ({type(e).__name__}: {str(e)[:500]}); "
                 "set actor_rollout_ref.rollout.enforce_eager=true (or "
                 "rollout.engine_kwargs.diffusers.compile_blocks=false) to sample eagerly"
             ) from e
-        return out.trajectory
 
     # ---- weight sync ------------------------------------------------------------------------------
 
