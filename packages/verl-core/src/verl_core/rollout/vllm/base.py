@@ -23,7 +23,8 @@ from verl_core.rollout.server import RolloutHttpServer
 from verl_core.rollout.vllm import _adapter
 from verl_core.rollout.vllm.engine_args import build_engine_args, sleep_level_for
 from verl_core.rollout.vllm.lora_cache import LoRAEntry, LoRARequestCache
-from verl_core.rollout.weights import WeightUpdate
+from verl_core.rollout.vllm.worker_weights import pack_tensors, unpack_tensors
+from verl_core.rollout.weights import WeightKind, WeightUpdate
 
 __all__ = ["BaseVLLMHttpServer", "free_port"]
 
@@ -44,7 +45,9 @@ class BaseVLLMHttpServer(RolloutHttpServer):
 
     - engine arguments from `RolloutConfig` (`engine_args()`; `rollout.engine_kwargs[engine_kwargs_key]` wins),
     - sleep levels (`sleep_level_for`: level 1 when serving LoRA over checkpoint weights),
-    - weight sync through the engine's `collective_rpc` into `VerlWorkerExtension.verl_load_weights`,
+    - weight sync through the engine's `collective_rpc` into the worker extension's `load_weights_rpc` method
+      (one bytes payload per bucket; each tensor a worker refuses is a `WeightSyncError` naming it), and the
+      served-weights read-back through `read_weights_rpc` (the model's own loader locates fused tensors),
     - LoRA adapters loaded per weight version with a fresh id (`LoRARequestCache`), older ones unloaded,
     - a distinct `VLLM_PORT` per server process.
 
@@ -57,6 +60,10 @@ class BaseVLLMHttpServer(RolloutHttpServer):
 
     engine_kwargs_key: ClassVar[str] = "vllm"
     backend_module: ClassVar[str] = "vllm"
+    load_weights_rpc: ClassVar[str] = "verl_load_weights"
+    """Worker-extension method taking one `pack_tensors` payload, answering `{"loaded", "errors"}`."""
+    read_weights_rpc: ClassVar[str] = "verl_read_weights"
+    """Worker-extension method taking tensor names, answering a `pack_tensors` payload of their served values."""
 
     def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
         self._require_backend()
@@ -139,8 +146,21 @@ class BaseVLLMHttpServer(RolloutHttpServer):
     async def _engine_load_bucket(self, update: WeightUpdate, tensors: list[tuple[str, torch.Tensor]]) -> None:
         if update.kind == "lora":
             self._lora_pending.update((name, t.clone()) for name, t in tensors)
-        else:  # clone: a view would pickle the whole reused bucket buffer
-            await self._rpc("verl_load_weights", weights=[(name, t.clone()) for name, t in tensors])
+            return
+        replies = await self._rpc(self.load_weights_rpc, payload=pack_tensors(tensors))
+        errors = [e for reply in _per_worker(replies) for e in (reply or {}).get("errors", ())]
+        if errors:
+            first = errors[0]
+            more = f" (and {len(errors) - 1} more: {sorted({e['name'] for e in errors[1:]})[:5]})" if errors[1:] else ""
+            raise WeightSyncError(f"tensor {first['name']!r} was refused by the engine: {first['message']}{more}",
+                                  field=first["name"])  # fmt: skip
+
+    async def _engine_read_weights(self, names: list[str], kind: WeightKind) -> dict[str, torch.Tensor]:
+        if kind != "full":
+            raise KeyError(f"{type(self).__name__} reads back full weights only; LoRA adapters are served by vLLM's "
+                           "LoRA manager from the tensors it was sent")  # fmt: skip
+        replies = _per_worker(await self._rpc(self.read_weights_rpc, names=list(names)))
+        return dict(unpack_tensors(replies[0]))  # tensor_parallel_size=1: one worker holds every tensor
 
     async def _engine_finish_weights(self, update: WeightUpdate) -> None:
         if update.kind == "full":
@@ -179,3 +199,8 @@ class BaseVLLMHttpServer(RolloutHttpServer):
         (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", **peft_config}))
         self._lora_dirs[int_id] = folder
         return folder
+
+
+def _per_worker(replies: Any) -> list[Any]:
+    """`collective_rpc` answers one value per worker (a list); some engines answer a bare value."""
+    return list(replies) if isinstance(replies, (list, tuple)) else [replies]

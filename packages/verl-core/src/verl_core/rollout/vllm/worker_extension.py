@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from verl_core.rollout.vllm.worker_weights import checkpoint_specs, load_each, pack_tensors, read_back, unpack_tensors
 
 __all__ = ["VerlWorkerExtension"]
 
@@ -13,21 +16,40 @@ class VerlWorkerExtension:
     """Worker-side methods that `BaseVLLMHttpServer` calls through the engine's `collective_rpc`.
 
     vLLM builds the worker class as a subclass of this extension and its own worker, so `self` has the
-    worker's `model_runner` and `device`.
+    worker's `model_runner` and `device`. Tensors travel as one bytes payload per call
+    (`verl_core.rollout.vllm.worker_weights`): vLLM's RPC decodes tensor arguments into plain lists.
     """
 
     model_runner: Any
     device: torch.device
 
-    def verl_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
-        """Load one bucket of `(name, tensor)` pairs with the model's own `load_weights`; return the count.
+    def _verl_model(self) -> torch.nn.Module:
+        runner = self.model_runner
+        return runner.get_model() if hasattr(runner, "get_model") else runner.model  # unwraps CUDA graphs
+
+    def verl_load_weights(self, payload: bytes) -> dict[str, Any]:
+        """Load one bucket (`pack_tensors` payload) with the model's own `load_weights`, tensor by tensor.
+
+        Returns `{"loaded": count, "errors": [{"name", "message"}, ...]}`: a refused tensor (unknown name, wrong
+        shape) is reported by name, never raised from inside vLLM's loader.
+        """
+        model = self._verl_model()
+        tensors = unpack_tensors(payload)
+        errors = load_each(lambda pairs: model.load_weights(weights=pairs), tensors, self.device)
+        return {"loaded": len(tensors) - len(errors), "errors": errors}
+
+    def verl_read_weights(self, names: list[str]) -> bytes:
+        """The served values of checkpoint-named tensors (`pack_tensors` payload), read back through the loader.
 
         Raises:
-            KeyError: a tensor name the model does not know (vLLM's `load_weights` raises it).
+            KeyError: a name the served checkpoint or the model does not have.
+            ValueError: the model is sharded or transforms the tensor on load (see `read_back`).
         """
-        runner = self.model_runner
-        model = runner.get_model() if hasattr(runner, "get_model") else runner.model  # unwraps CUDA graphs
-        model.load_weights(weights=[(name, t.to(self.device, non_blocking=True)) for name, t in weights])
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return len(weights)
+        model = self._verl_model()
+        folder = Path(str(self.model_runner.model_config.model))
+        shapes = checkpoint_specs(folder)
+        unknown = [n for n in names if n not in shapes]
+        if unknown:
+            raise KeyError(f"{unknown[0]!r} is not a tensor of the served checkpoint {folder} ({len(shapes)} are)")
+        served = read_back(model, lambda pairs: model.load_weights(weights=pairs), {n: shapes[n] for n in names})
+        return pack_tensors(served.items())

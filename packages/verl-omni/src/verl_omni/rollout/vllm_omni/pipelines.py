@@ -27,6 +27,7 @@ __all__ = [
     "QwenImageLogProbOmniPipeline",
     "SD3LogProbOmniPipeline",
     "pipeline_qualname",
+    "request_sampling_config",
     "sampling_extra_args",
 ]
 
@@ -133,7 +134,9 @@ class LogProbOmniPipelineMixin:
     """`forward` of the log-prob pipelines: one `sample_with_logprob` call per request.
 
     The request's sampling config travels in `sampling_params.extra_args["verl_sampling"]` (written by
-    `vLLMOmniHttpServer`); rows are seeded `seed + r`, exactly as in the embedded backend.
+    `vLLMOmniHttpServer`); rows are seeded `seed + r`, exactly as in the embedded backend. A request without it
+    (vLLM-Omni's start-up warm-up, a plain vLLM-Omni client) is sampled from its own fields
+    (`request_sampling_config`).
     """
 
     adapter_name: ClassVar[str]
@@ -152,7 +155,7 @@ class LogProbOmniPipelineMixin:
     @torch.no_grad()
     def forward(self, req: Any, *args: Any, **kwargs: Any) -> Any:
         """Sample each request of `req` (an `OmniDiffusionRequest` or a `DiffusionRequestBatch`)."""
-        from verl_omni.pipelines import DiffusionSamplingConfig, sample_with_logprob
+        from verl_omni.pipelines import sample_with_logprob
 
         runtime = compat.require("the vLLM-Omni log-prob pipeline")
         adapter, scheduler = self._verl_parts()
@@ -162,11 +165,7 @@ class LogProbOmniPipelineMixin:
             text = prompt if isinstance(prompt, str) else (prompt or {}).get("prompt")
             if not isinstance(text, str):
                 raise ValueError(f"prompt: the log-prob pipelines take a text prompt, got {type(prompt).__name__}")
-            extra = getattr(params, "extra_args", None) or {}
-            if SAMPLING_KEY not in extra:
-                raise ValueError(f"sampling_params.extra_args[{SAMPLING_KEY!r}] is missing (send requests through "
-                                 "vLLMOmniHttpServer)")  # fmt: skip
-            config = DiffusionSamplingConfig(**extra[SAMPLING_KEY])
+            config = request_sampling_config(params)
             result = sample_with_logprob(view, adapter, scheduler, [text], config)
             trajectory = {k: v.cpu() for k, v in result.trajectory.items()}
             outputs.append(compat.build_diffusion_output(runtime, result.images.cpu(), trajectory))
@@ -176,3 +175,22 @@ class LogProbOmniPipelineMixin:
 def sampling_extra_args(config: Any) -> dict[str, Any]:
     """`extra_args` entry carrying a `DiffusionSamplingConfig` to the pipeline (JSON-able dict)."""
     return {SAMPLING_KEY: dataclasses.asdict(config)}
+
+
+def request_sampling_config(params: Any) -> Any:
+    """The `DiffusionSamplingConfig` of one request's `OmniDiffusionSamplingParams`.
+
+    Requests from `vLLMOmniHttpServer` carry the whole config in `extra_args["verl_sampling"]`. Others (vLLM-Omni
+    runs a one-step warm-up request through the pipeline at start-up) are sampled from their standard fields
+    (`height`, `width`, `num_inference_steps`, `num_outputs_per_prompt`, `guidance_scale`, `seed`) with the
+    config's defaults for the rest.
+    """
+    from verl_omni.pipelines import DiffusionSamplingConfig
+
+    extra = getattr(params, "extra_args", None) or {}
+    if SAMPLING_KEY in extra:
+        return DiffusionSamplingConfig(**extra[SAMPLING_KEY])
+    fields = {"height": "height", "width": "width", "num_inference_steps": "num_inference_steps",
+              "n": "num_outputs_per_prompt", "guidance_scale": "guidance_scale", "seed": "seed"}  # fmt: skip
+    given = {ours: getattr(params, theirs, None) for ours, theirs in fields.items()}
+    return DiffusionSamplingConfig(**{k: v for k, v in given.items() if v is not None})

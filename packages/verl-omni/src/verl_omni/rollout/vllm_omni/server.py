@@ -17,8 +17,6 @@ import random
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
 from verl_core.config.rollout import RolloutConfig
 from verl_core.rollout.errors import BadRequestError, WeightSyncError
 from verl_core.rollout.protocol import GenerateRequest
@@ -43,9 +41,10 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
     - Sleep and wake both go through `collective_rpc` (never the engine's own `sleep` / `wake_up`, which 0.24+
       tracks separately and would skip); sleep is always level 1 (level 2 drops the text encoder and VAE, which
       weight sync does not restore), and every wake restores everything, whatever tags were asked for.
-    - Weight sync: full tensors into the pipeline's `load_weights`; LoRA tensors registered from memory
-      (`OmniTensorLoRARequest`, `VLLMOmniHijack`), one fresh adapter id per weight version, the engine's adapter
-      list read once per version (never per request: that serialized requests upstream).
+    - Weight sync: full tensors into the pipeline's `load_weights` one by one (a refused or skipped name is a
+      `WeightSyncError` naming it; `served_weights` reads them back through the same loader); LoRA tensors
+      registered from memory (`OmniTensorLoRARequest`, `VLLMOmniHijack`), one fresh adapter id per weight version,
+      the engine's adapter list read once per version (never per request: that serialized requests upstream).
     - Abort: the engine's `abort`, and the waiting generate returns `"abort"` at once on every release.
 
     Raises:
@@ -57,6 +56,8 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
 
     engine_kwargs_key: ClassVar[str] = "vllm_omni"
     backend_module: ClassVar[str] = "vllm_omni"
+    load_weights_rpc: ClassVar[str] = "verl_omni_load_weights"
+    read_weights_rpc: ClassVar[str] = "verl_omni_read_weights"
 
     def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
         super().__init__(config, rank=rank)  # `_require_backend` checks the installed pair first
@@ -208,12 +209,6 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
 
     async def _engine_wake_up(self, tags: list[str]) -> None:
         await self._rpc("wake_up", tags=None)  # every pool: a partial wake would leave the engine half-restored
-
-    async def _engine_load_bucket(self, update: WeightUpdate, tensors: list[tuple[str, torch.Tensor]]) -> None:
-        if update.kind == "lora":
-            self._lora_pending.update((name, t.clone()) for name, t in tensors)
-        else:
-            await self._rpc("verl_omni_load_weights", weights=[(name, t.clone()) for name, t in tensors])
 
     async def _engine_finish_weights(self, update: WeightUpdate) -> None:
         if update.kind == "full":

@@ -48,18 +48,43 @@ class WorkerMethods:
         VLLMOmniHijack.hijack()
         super().re_init_pipeline(custom_pipeline_args)  # type: ignore[misc]
 
-    def verl_omni_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
-        """Load one bucket of full transformer weights; names without a component get `transformer.`.
+    def _verl_pipeline_load(self, pairs: list[tuple[str, torch.Tensor]]) -> Any:
+        """The pipeline's `load_weights` on transformer tensors (names without a component get `transformer.`)."""
+        named = [(n if n.startswith("transformer.") else f"transformer.{n}", t) for n, t in pairs]
+        return self.model_runner.pipeline.load_weights(named)
+
+    def verl_omni_load_weights(self, payload: bytes) -> dict[str, Any]:
+        """Load one bucket of full transformer weights (`pack_tensors` payload), tensor by tensor.
+
+        Returns `{"loaded": count, "errors": [{"name", "message"}, ...]}`: a tensor the pipeline refuses (wrong
+        shape) or skips (vLLM-Omni's transformers skip unknown names with a debug log) is reported by name.
+        """
+        from verl_core.rollout.vllm.worker_weights import load_each, unpack_tensors
+
+        tensors = unpack_tensors(payload)
+        errors = load_each(self._verl_pipeline_load, tensors, self.device)
+        return {"loaded": len(tensors) - len(errors), "errors": errors}
+
+    def verl_omni_read_weights(self, names: list[str]) -> bytes:
+        """Served values of transformer tensors named as the checkpoint's `transformer/` folder names them.
 
         Raises:
-            KeyError / ValueError: from the pipeline's `load_weights` for an unknown name or a wrong shape.
+            KeyError: a name the checkpoint's transformer or the pipeline does not have.
+            ValueError: the transformer is sharded or transforms the tensor on load (see `read_back`).
         """
+        from pathlib import Path
+
+        from verl_core.rollout.vllm.worker_weights import checkpoint_specs, pack_tensors, read_back
+
+        folder = Path(str(self.model_runner.od_config.model)) / "transformer"
+        shapes = checkpoint_specs(folder)
+        bare = {n: n.removeprefix("transformer.") for n in names}
+        unknown = [n for n, b in bare.items() if b not in shapes]
+        if unknown:
+            raise KeyError(f"{unknown[0]!r} is not a tensor of the served transformer {folder} ({len(shapes)} are)")
         pipeline = self.model_runner.pipeline
-        named = [(n if n.startswith("transformer.") else f"transformer.{n}", t.to(self.device)) for n, t in weights]
-        pipeline.load_weights(named)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return len(named)
+        served = read_back(pipeline, self._verl_pipeline_load, {n: shapes[b] for n, b in bare.items()})
+        return pack_tensors(served.items())
 
     def verl_omni_add_lora(self, int_id: int, name: str, tensors: dict[str, torch.Tensor], peft_config: dict) -> bool:
         """Register adapter `int_id` from in-memory tensors (`OmniTensorLoRARequest`).
