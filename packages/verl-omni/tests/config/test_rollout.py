@@ -125,6 +125,16 @@ def test_window_null_means_all_steps_but_the_last():
     assert sampling.sde_window_size == 0 and sampling.sde_window_range is None
 
 
+@pytest.mark.parametrize("section", ["algo", "val_kwargs__algo"])
+def test_a_window_range_without_a_window_size_is_accepted_unused_and_silent(section, caplog, recwarn):
+    """Old FlowGRPO scripts set `sde_window_range` (its old default [0, 5]) and no size: no window, no warning."""
+    caplog.set_level("WARNING")
+    config = _build(algo__sde_window_size=None, **{f"{section}__sde_window_range": [0, 5]})
+    for sampling in (config.sampling_config("qwen_image"), config.val_sampling_config("qwen_image")):
+        assert sampling.sde_window_size == 0 and sampling.sde_window_range is None  # all steps but the last
+    assert not caplog.records and not recwarn.list
+
+
 def test_with_model_fills_the_model_path_and_dtype_aliases_resolve():
     config = DiffusionRolloutConfig(dtype="bf16").with_model("/models/qwen")
     assert config.model.path == "/models/qwen" and str(config.torch_dtype) == "torch.bfloat16"

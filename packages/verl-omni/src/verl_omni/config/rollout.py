@@ -76,6 +76,7 @@ class DiffusionRolloutAlgoConfig(BaseConfig):
         sde_window_size (`int`, *optional*): K stochastic (trained) steps; null = all steps but the last.
         sde_window_range (`list[int]`, *optional*): `[r0, r1]`; each training step draws one window start from
             `{r0 .. r1 - K}` (`sde_window_seed`, step) and pins it for every request of that step. Null = `[0, N-1]`.
+            Unused without `sde_window_size` (as in old verl, whose scripts often set the range alone).
         sde_contiguous (`bool`): only `true` (contiguous windows) is implemented.
         sample_strategy (`str`): only `"random"` (a window drawn per training step) is implemented.
         sde_window_seed (`int`): seed of the per-step window draws.
@@ -97,7 +98,6 @@ class DiffusionRolloutAlgoConfig(BaseConfig):
         self._require("sde_window_size", self.sde_window_size is None or self.sde_window_size >= 1, "null or >= 1")
         rng = self.sde_window_range
         self._require("sde_window_range", rng is None or (len(rng) == 2 and 0 <= rng[0] <= rng[1]), "null or [r0, r1]")
-        self._require("sde_window_range", rng is None or self.sde_window_size is not None, "null without a window size")
         self._require("sde_contiguous", self.sde_contiguous, "true (non-contiguous SDE windows are not implemented)")
 
 
@@ -256,7 +256,8 @@ def _sampling(
     the adapter applies: norm-rescaled true CFG for Qwen-Image, plain CFG for SD3). For Qwen-Image a non-null
     `pipeline.guidance_scale` is refused (no guidance embedding); for SD3 a `true_cfg_scale` other than 1 is refused
     (SD3's CFG is `guidance_scale`). Other models (`model=None` or an external adapter) take `guidance_scale` when
-    set, else `true_cfg_scale`. A null `sde_window_size` becomes 0 (no window: all steps but the last).
+    set, else `true_cfg_scale`. A null `sde_window_size` becomes 0 (no window: all steps but the last), and then
+    `sde_window_range` is not passed on (it only places a window).
     """
     from verl_core.config.errors import ConfigValueError
     from verl_omni.pipelines.config import DiffusionSamplingConfig
@@ -293,7 +294,7 @@ def _sampling(
         "sde_type": algo["sde_type"],
         "cps_logprob": algo["cps_logprob"],
         "sde_window_size": algo["sde_window_size"] or 0,
-        "sde_window_range": algo["sde_window_range"],
+        "sde_window_range": algo["sde_window_range"] if algo["sde_window_size"] else None,
         **overrides,
     }
     try:
