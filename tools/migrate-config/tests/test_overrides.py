@@ -28,8 +28,10 @@ def test_prefixes() -> None:
 
 
 def test_quoted_and_list_values_kept() -> None:
-    assert _t("+actor_rollout_ref.rollout.extra_configs.sde_window_range='[0, 5]'") == [
-        "actor_rollout_ref.rollout.algo.sde_window_range='[0, 5]'"
+    window = "+actor_rollout_ref.rollout.extra_configs.sde_window_size=2"
+    assert _t("+actor_rollout_ref.rollout.extra_configs.sde_window_range='[0, 5]'", window) == [
+        "actor_rollout_ref.rollout.algo.sde_window_range='[0, 5]'",
+        "actor_rollout_ref.rollout.algo.sde_window_size=2",
     ]
     assert _t("trainer.logger=[console,wandb]") == ["trainer.logger=[console,wandb]"]
     assert _t("reward.reward_manager.name='visual'") == ["reward.reward_manager.name=VisualRewardManager"]

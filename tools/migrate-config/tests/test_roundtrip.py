@@ -68,6 +68,7 @@ def test_quoting_survives_on_moved_and_untouched_keys() -> None:
           rollout:
             extra_configs:
               sde_type: "sde"
+              sde_window_size: 2
               sde_window_range: '[0,5]'
         """
     )

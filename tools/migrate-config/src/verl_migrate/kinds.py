@@ -252,12 +252,16 @@ class ReplaceTarget(RenameValue):
 class Drop(Rule):
     """Keys with no verl-omni equivalent are removed; the report lists each with its value and `note`.
 
-    With `when`, a key is dropped only if its value is one of `when` (other values stay for a human).
+    With `when`, a key is dropped only if its value is one of `when` (other values stay for a human). With `unless_set`,
+    a non-null key is dropped only while that other key is null: set to null, or absent from a document that is not
+    a config-group file (the installed config's default, null, then applies); a group file keeps the key, since the
+    config that lists it may set the other key.
     """
 
     paths: tuple[str, ...] = ()
     note: str = ""
     when: tuple[Any, ...] | None = None
+    unless_set: str | None = None
     early: bool = False
 
     kind: ClassVar[str] = "drop"
@@ -269,18 +273,25 @@ class Drop(Rule):
 
     def apply(self, doc: Doc) -> None:
         """Drop the matching keys."""
+        if self.unless_set is not None:
+            other = self.unless_set
+            if (doc.has(other) and not same_value(doc.get(other), None)) or (not doc.has(other) and doc.package):
+                return
         for pattern in self.paths:
             for path in doc.expand(pattern):
                 if self.when is not None and (
                     doc.is_map(path) or not any(same_value(doc.get(path), w) for w in self.when)
                 ):
                     continue
-                self.drop(doc, path, self.note, flag_non_default=self.when is None)
+                if self.unless_set is not None and same_value(doc.get(path), None):
+                    continue  # already null: nothing to drop
+                self.drop(doc, path, self.note, flag_non_default=self.when is None and self.unless_set is None)
 
     def describe(self) -> str:
         """List the dropped keys."""
         when = f" when {' / '.join(f'`{to_text(w)}`' for w in self.when)}" if self.when is not None else ""
-        return ", ".join(f"`{p}`" for p in self.paths) + when
+        unless = f" while `{self.unless_set}` is null or unset" if self.unless_set is not None else ""
+        return ", ".join(f"`{p}`" for p in self.paths) + when + unless
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

@@ -223,6 +223,44 @@ CASES = [
         """,
         fmt="overrides",
     ),
+    rewrite(
+        "sde-window-range-without-size",
+        "actor_rollout_ref.rollout.algo.sde_window_range=[0,5]\ntrainer.total_training_steps=1",
+        "trainer.total_training_steps=1",
+        fmt="overrides",
+    ),
+    rewrite(
+        "sde-window-range-without-size",
+        """
+        actor_rollout_ref:
+          rollout:
+            algo:
+              noise_level: 0.9
+              sde_window_size: null
+              sde_window_range: [0, 5]  # the old pipeline default
+        """,
+        """
+        actor_rollout_ref:
+          rollout:
+            algo:
+              noise_level: 0.9
+              sde_window_size: null
+        """,
+    ),
+    noop(
+        "sde-window-range-without-size",
+        "actor_rollout_ref.rollout.algo.sde_window_size=2\nactor_rollout_ref.rollout.algo.sde_window_range=[0,5]",
+        fmt="overrides",
+    ),
+    noop(
+        "sde-window-range-without-size",
+        """
+        # @package actor_rollout_ref.rollout
+        # a rollout group file: the root config may set the window size
+        algo:
+          sde_window_range: [0, 5]
+        """,
+    ),
     flagged("prompt-embed-padding-length", "data.max_prompt_length=256"),
     noop(
         "prompt-embed-padding-length",

@@ -86,6 +86,19 @@ register(
 )
 
 register(
+    Drop(
+        id="sde-window-range-without-size",
+        since="0.1.0",
+        summary="`sde_window_range` without `sde_window_size` was unused (every step but the last is stochastic).",
+        refs=(9, 10),
+        paths=(f"{ROLLOUT}.algo.sde_window_range",),
+        unless_set=f"{ROLLOUT}.algo.sde_window_size",
+        note="unused without `sde_window_size` (no window: every step but the last is stochastic), in old verl as "
+        "in verl-omni",
+    )
+)
+
+register(
     Flag(
         id="prompt-embed-padding-length",
         since="0.1.0",
