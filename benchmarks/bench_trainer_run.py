@@ -74,6 +74,7 @@ VARIANTS: dict[str, list[str]] = {
     "http": ["actor_rollout_ref.rollout.update_weights_transport=http"],  # weights over HTTP, not the shm segment
     "recompute": ["algorithm.rollout_correction.fuse_on_policy_old_log_prob=false"],
     "reuse": ["algorithm.rollout_correction.bypass_mode=true"],
+    "vllm-omni": ["actor_rollout_ref.rollout.name=vllm_omni"],  # the vLLM-Omni backend (needs vllm-omni)
 }  # fmt: skip
 """Variant parts (join with `+`, e.g. `compile+awake`) -> extra overrides. A part `Ngpu` (e.g. `compile+2gpu`) runs
 on N GPUs (N CPU ranks on the CPU) with N times the prompts per step, one optimizer step each, as weak scaling:

@@ -2,7 +2,7 @@
 # GPU checks and benchmarks in phases, for an H200 machine (run from the repository root; on the lent
 # machine, build the package bundle first with `bash benchmarks/prepare_device.sh`):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
-# Phases: env, tests, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
+# Phases: env, tests, vllm, vllm-trainer, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
 #         trainer, trainer-run (= trainer-run-a trainer-run-b), trainer-run-scaling (needs 2 GPUs), lora-sync.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
@@ -18,6 +18,11 @@
 #            colocated; the two-GPU run's `vs_1gpu` is the weak-scaling ratio (target >= 1.8).
 #            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+eager-rollout`).
 #            (`--variants compile+perprompt+http` gives the defaults before the grouped requests and the shm segment.)
+#   vllm:    the vLLM and vLLM-Omni GPU tests (verl-core's ServerContractSuite on vLLMHttpServer with a tiny Qwen2,
+#            on vLLMOmniHttpServer with tiny Qwen-Image and SD3; the in-memory LoRA through the hijack); needs the
+#            vLLM bundle: `source benchmarks/device_env.sh` first (its header says how the bundles travel)
+#   vllm-trainer: verl-omni-train on rollout.name=vllm_omni for 3 steps (colocated, LoRA sync), tiny Qwen-Image
+#   trainer-run-vllm: workload A with the diffusers rollout and with vllm_omni in one command (needs the vLLM bundle)
 #   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, from a second process shm vs CUDA IPC, the engine's update vs per-tensor
 #            copies, merge vs peft, sleep / wake after a LoRA update vs full copies)
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
@@ -68,6 +73,13 @@ for phase in "$@"; do
                  CUDA_VISIBLE_DEVICES=0 run bench-lora-sync-$preset python3 benchmarks/bench_lora_sync.py \
                    --device cuda --preset $preset --out "$out"
                done ;;
+    vllm) run gpu-vllm python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
+            packages/verl-core/tests/rollout/test_gpu_backends.py packages/verl-omni/tests/rollout/test_vllm_omni_gpu.py ;;
+    vllm-trainer) run gpu-vllm-trainer python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k vllm_omni \
+                    packages/verl-omni/tests/trainer/test_trainer_gpu.py ;;
+    trainer-run-vllm) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-vllm timeout 560 python3 benchmarks/bench_trainer_run.py \
+                        --device cuda --preset a --variants "${RUN_VLLM_VARIANTS:-compile,compile+vllm-omni}" \
+                        --skip-baseline --warmup 2 --steps 3 --out "$out/vllm" ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
     lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \

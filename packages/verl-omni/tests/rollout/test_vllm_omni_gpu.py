@@ -1,4 +1,4 @@
-"""GPU tier: `vLLMOmniHttpServer` on a tiny random Qwen-Image folder passes verl-core's `ServerContractSuite`.
+"""GPU tier: `vLLMOmniHttpServer` on tiny random Qwen-Image and SD3 folders passes verl-core's `ServerContractSuite`.
 
 Needs one CUDA GPU and `pip install "./packages/verl-omni[vllm-omni]"` (a supported vllm-omni / vllm pair);
 skipped otherwise. Run: `python -m pytest packages/verl-omni/tests/rollout/test_vllm_omni_gpu.py -ra`.
@@ -35,35 +35,80 @@ def _transformer_weights(folder) -> dict[str, torch.Tensor]:
     return out
 
 
+def _backend(model: str, tmp_path_factory) -> ContractBackend:
+    """A tiny random `model` pipeline folder served by `vLLMOmniHttpServer`, new weights from other seeds."""
+    from verl_omni.rollout.vllm_omni.server import vLLMOmniHttpServer
+    from verl_omni.testing import build_tiny_pipeline
+
+    root = tmp_path_factory.mktemp(f"vllm-omni-tiny-{model}")
+    folder = build_tiny_pipeline(model, root / "served", seed=0)
+    config = RolloutConfig(model={"path": str(folder)}, name="vllm_omni", enforce_eager=True, seed=1,
+                           request_timeout_s=300, launch_timeout_s=900)  # fmt: skip
+
+    def new_weights(seed: int) -> dict[str, torch.Tensor]:
+        other = build_tiny_pipeline(model, root / f"weights-{seed}", seed=seed + 100)
+        return _transformer_weights(other)
+
+    return ContractBackend(
+        server_cls=vLLMOmniHttpServer,
+        config=config,
+        request={"prompt": "a red square", "seed": 7, "sampling_params": SAMPLING},
+        long_request={"prompt": "a blue circle", "seed": 3,
+                      "sampling_params": {**SAMPLING, "num_inference_steps": 400, "height": 256, "width": 256}},
+        new_weights=new_weights,
+    )  # fmt: skip
+
+
 class TestVLLMOmniServerContract(ServerContractSuite):
+    """Qwen-Image."""
+
     @pytest.fixture(scope="class")
     @classmethod
     def backend(cls, tmp_path_factory) -> ContractBackend:
-        from verl_omni.rollout.vllm_omni.server import vLLMOmniHttpServer
-        from verl_omni.testing import build_tiny_pipeline
+        return _backend("qwen_image", tmp_path_factory)
 
-        root = tmp_path_factory.mktemp("vllm-omni-tiny")
-        folder = build_tiny_pipeline("qwen_image", root / "served", seed=0)
-        config = RolloutConfig(model={"path": str(folder)}, name="vllm_omni", enforce_eager=True, seed=1,
-                               request_timeout_s=300, launch_timeout_s=900)  # fmt: skip
 
-        def new_weights(seed: int) -> dict[str, torch.Tensor]:
-            other = build_tiny_pipeline("qwen_image", root / f"weights-{seed}", seed=seed + 100)
-            return _transformer_weights(other)
+class TestVLLMOmniSD3ServerContract(ServerContractSuite):
+    """SD3."""
 
-        return ContractBackend(
-            server_cls=vLLMOmniHttpServer,
-            config=config,
-            request={"prompt": "a red square", "seed": 7, "sampling_params": SAMPLING},
-            long_request={"prompt": "a blue circle", "seed": 3,
-                          "sampling_params": {**SAMPLING, "num_inference_steps": 400, "height": 256, "width": 256}},
-            new_weights=new_weights,
-        )  # fmt: skip
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, tmp_path_factory) -> ContractBackend:
+        return _backend("sd3", tmp_path_factory)
 
-    @pytest.mark.skip(
-        reason="vLLMOmniHttpServer has no _engine_read_weights: vLLM-Omni's transformer fuses and re-shards the "
-        "diffusers tensors on load (e.g. to_q/to_k/to_v into one qkv), so a sent tensor has no served twin to compare "
-        "with; the suite's update tests still check that the weight version advances and the output changes"
-    )
-    def test_contract_served_weights_equal_sent(self, backend, server, path) -> None:  # type: ignore[override]
-        raise AssertionError("skipped")
+
+def test_vllm_omni_in_memory_lora_changes_samples_and_a_zero_binding_adapter_is_refused(tmp_path):
+    """`OmniTensorLoRARequest` through `VLLMOmniHijack` on the real engine: an adapter pushed from memory changes the
+    samples (and a second version changes them again); an adapter whose modules bind nothing is a `WeightSyncError`
+    and the served adapter stays."""
+    import re
+
+    from verl_core.rollout.errors import WeightSyncError
+    from verl_core.testing.server_contract import run
+    from verl_omni.rollout.vllm_omni.server import vLLMOmniHttpServer
+    from verl_omni.testing import build_tiny_pipeline, random_transformer_lora
+
+    folder = build_tiny_pipeline("qwen_image", tmp_path / "served", seed=0)
+    config = RolloutConfig(model={"path": str(folder)}, name="vllm_omni", enforce_eager=True, seed=1,
+                           lora={"rank": 8}, request_timeout_s=300, launch_timeout_s=900)  # fmt: skip
+    request = {"prompt": "a red square", "seed": 7, "sampling_params": SAMPLING}
+    server = vLLMOmniHttpServer(config)
+    run(server.launch())
+    try:
+        base = run(server.generate(request)).trajectory["latents"]
+        tensors, peft = random_transformer_lora(folder, seed=1)
+        run(server.update_weights(tensors, version=1, kind="lora", peft_config=peft))
+        first = run(server.generate(request)).trajectory["latents"]
+        assert not torch.allclose(first, base, atol=1e-3), "the in-memory LoRA did not change the samples"
+        tensors2, _ = random_transformer_lora(folder, seed=2)
+        run(server.update_weights(tensors2, version=2, kind="lora", peft_config=peft))
+        second = run(server.generate(request)).trajectory["latents"]
+        assert not torch.allclose(second, first, atol=1e-3), "the second adapter version was not applied"
+        wrong = {re.sub(r"transformer_blocks\.(\d+)\.", r"no_such_blocks.\1.", k): v for k, v in tensors.items()}
+        with pytest.raises(WeightSyncError, match="binds zero modules"):
+            run(server.update_weights(wrong, version=3, kind="lora", peft_config=peft))
+        assert server.weight_version == 2
+        again = run(server.generate(request)).trajectory["latents"]
+        torch.testing.assert_close(again, second)
+    finally:
+        run(server.shutdown())

@@ -114,3 +114,21 @@ def test_flatten_list_loras_shapes(value, want):
     from verl_omni.rollout.vllm_omni.server import _flatten
 
     assert _flatten(value) == want
+
+
+def test_request_without_verl_sampling_is_sampled_from_its_own_fields():
+    """vLLM-Omni's start-up warm-up sends a request with no `verl_sampling` through the custom pipeline: it must be
+    sampled (from its own height/width/steps/n/guidance/seed), not refused (a refusal stopped the engine's launch)."""
+    from types import SimpleNamespace
+
+    from verl_omni.pipelines import DiffusionSamplingConfig
+    from verl_omni.rollout.vllm_omni.pipelines import request_sampling_config, sampling_extra_args
+
+    warmup = SimpleNamespace(height=512, width=512, num_inference_steps=1, num_outputs_per_prompt=1,
+                             guidance_scale=0.0, seed=None, extra_args={"cfg_text_scale": 1.0})  # fmt: skip
+    config = request_sampling_config(warmup)
+    assert (config.height, config.width, config.num_inference_steps, config.n) == (512, 512, 1, 1)
+    assert config.guidance_scale == 0.0 and not config.do_cfg
+    ours = DiffusionSamplingConfig(n=3, num_inference_steps=4, height=64, width=96, noise_level=0.5, seed=9)
+    served = SimpleNamespace(height=1, width=1, num_inference_steps=1, extra_args=sampling_extra_args(ours))
+    assert request_sampling_config(served) == ours

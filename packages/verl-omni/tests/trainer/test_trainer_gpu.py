@@ -7,6 +7,8 @@ Run on a machine with CUDA GPUs (the 2-GPU cases skip below two GPUs):
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -53,4 +55,24 @@ def test_gpus_colocated_nccl(ray_gpus, trainer_run, tmp_path, n_gpus, rollout_dt
     for row in run.history:
         assert row["perf/max_memory_allocated_gb/update_actor"] > 0
         assert row["perf/weight_sync_cuda_ipc_servers"] >= 1  # rank 0's server shares its GPU: no host hop
+    assert not torch.equal(run.val_images[0], run.val_images[3])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm_omni") is None, reason='needs pip install "verl-omni[vllm-omni]"')
+def test_gpu_trainer_on_vllm_omni_three_steps(ray_gpus, trainer_run, tmp_path):
+    """`rollout.name=vllm_omni`: colocated, sleep/wake between phases, LoRA synced in memory each step."""
+    overrides = [
+        "trainer.device=cuda",
+        "trainer.n_gpus_per_node=1",
+        "trainer.total_training_steps=3",
+        "trainer.test_freq=3",
+        "actor_rollout_ref.rollout.name=vllm_omni",
+        "actor_rollout_ref.rollout.enforce_eager=true",
+    ]
+    run = trainer_run(tmp_path, overrides)
+    assert run.error is None, run.error
+    assert [row["rollout/weight_version"] for row in run.history] == [1.0, 2.0, 3.0]
+    first = run.history[0]
+    print("vllm_omni trainer step 1:", {k: v for k, v in first.items() if "logprob" in k or "clipfrac" in k})
+    assert first["actor/rollout_logprob_diff_max"] < 5e-2  # same trajectory, two engines: kernel differences only
     assert not torch.equal(run.val_images[0], run.val_images[3])
