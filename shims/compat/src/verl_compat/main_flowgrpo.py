@@ -26,6 +26,8 @@ NEW_CONSOLE = "verl-omni-train"  # the console script of the same trainer
 OLD_MODULE = "verl.trainer.main_flowgrpo"
 DEFAULT_CONFIG = "diffusion_trainer"  # old verl's Hydra config of `main_flowgrpo` (the one its defaults belong to)
 _ATTENTION = ("semantic", "unknown", "obsolete", "not-implemented", "warning")
+#: rules whose rewrite of an override assumes old verl's diffusion_trainer values (skipped on another config)
+_CONFIG_DEPENDENT = ("sde-window-range-without-size",)
 
 
 def __getattr__(name: str) -> Any:
@@ -84,16 +86,98 @@ def drop_meaningless(overrides: list[str]) -> tuple[list[str], list[str]]:
     return kept, dropped
 
 
-def _config_name(flags: Sequence[str]) -> str | None:
-    """The value of `--config-name` / `-cn` among `flags` (`NAME` or `=NAME`); None when not given."""
+_NAME_FLAGS = ("--config-name", "-cn")
+_PATH_FLAGS = ("--config-path", "-cp")
+
+
+def _flag(flags: Sequence[str], names: tuple[str, ...]) -> str | None:
+    """The value of the flag `names` among `flags` (`NAME VALUE` or `NAME=VALUE`); None when not given."""
     for i, word in enumerate(flags):
         flag, eq, value = word.partition("=")
-        if flag in ("--config-name", "-cn"):
+        if flag in names:
             return value if eq else (flags[i + 1] if i + 1 < len(flags) else None)
     return None
 
 
-def _hold_back_old_defaults(words: list[str], report: Any, config_name: str) -> tuple[list[str], list[str]]:
+def _config_name(flags: Sequence[str]) -> str | None:
+    """The value of `--config-name` / `-cn` among `flags`; None when not given."""
+    return _flag(flags, _NAME_FLAGS)
+
+
+def _set_flag(flags: list[str], names: tuple[str, ...], value: str) -> list[str]:
+    """`flags` with the flag `names` set to `value` (replaced where given, else appended as `names[0] value`)."""
+    out = list(flags)
+    for i, word in enumerate(out):
+        flag, eq, _ = word.partition("=")
+        if flag in names:
+            if eq:
+                out[i] = f"{flag}={value}"
+            elif i + 1 < len(out):
+                out[i + 1] = value
+            return out
+    return [*out, names[0], value]
+
+
+def _migrate_config_files(flags: list[str], workdir: str | None) -> tuple[list[str], list[str], bool]:
+    """Migrate the user's config files that `--config-path` / `--config-name` select (verl_migrate.configdir).
+
+    Returns (flags pointing at the migrated copies, report lines, whether a config file of the user's is the primary
+    config). The migrated files go to `workdir` (a new temporary folder, removed at exit, when None).
+    """
+    path = _flag(flags, _PATH_FLAGS)
+    if path is None:
+        return flags, [], False
+    import tempfile
+
+    from verl_migrate.configdir import migrate_config_dir
+
+    name = _config_name(flags) or DEFAULT_CONFIG
+    if workdir is None:
+        import atexit
+        import shutil
+
+        workdir = tempfile.mkdtemp(prefix="verl_compat_config_")
+        atexit.register(shutil.rmtree, workdir, True)
+    result = migrate_config_dir(path, name, workdir)
+    if result is None:
+        return flags, [], False
+    if not result.changed:
+        return flags, [], True
+    flags = _set_flag(_set_flag(flags, _PATH_FLAGS, workdir), _NAME_FLAGS, result.config_name)
+    lines = [
+        f"verl-compat: deprecated: old (pre-#6200) config files, migrated for this run by verl-migrate-config's rules "
+        f"into a temporary folder (yours are not changed): {', '.join(result.changed)}; migrate them with "
+        "`verl-migrate-config` (docs/migration/config.md)"
+    ]
+    for report in result.reports:
+        if report.changed:
+            count = (
+                f"verl-compat: {report.path}: {len(report.changes)} changes (`verl-migrate-config --diff` shows them)"
+            )
+            lines.extend([count, *_report_lines(report, None)])
+    return flags, lines, True
+
+
+def _report_lines(report: Any, header: str | None) -> list[str]:
+    """The changes of a verl-migrate-config report under `header` (None: not listed), then what a user should read."""
+    lines = []
+    if report.changes and header is not None:
+        lines.append(header)
+        lines.extend(
+            "  " + line
+            for line in report.to_text().splitlines()[1:]
+            if not line.lstrip().startswith(tuple(f"{c}:" for c in ("note", *_ATTENTION)))
+        )
+    attention = [f for f in report.findings if f.category in _ATTENTION]
+    if attention:
+        lines.append("verl-compat: settings that no longer mean the same thing (read these):")
+        lines.extend(f"  {f.category}: {f.path}: {f.message}" for f in attention)
+    return lines
+
+
+def _hold_back_old_defaults(
+    words: list[str], report: Any, config_name: str, users_file: bool = False
+) -> tuple[list[str], list[str]]:
     """Take the old defaults the rules made explicit (`set-default`) out of `words` and `report`.
 
     Old verl's defaults belong to its `diffusion_trainer` config; another config (the quickstart, a user's own file)
@@ -111,6 +195,11 @@ def _hold_back_old_defaults(words: list[str], report: Any, config_name: str) -> 
             kept.append(word)
         else:
             notes.append(f"  note: {word} — {change.note}")
+    if users_file:  # its migration wrote the old defaults it relied on into it
+        return kept, [
+            f"verl-compat: note: old verl's defaults are kept in your config `{config_name}` where it relied on them, "
+            "not passed as overrides over its values"
+        ]
     head = (
         f"verl-compat: note: `--config-name {config_name}` is not old verl's `{DEFAULT_CONFIG}`, so old verl's "
         "defaults are not written over its values; add these overrides to keep old verl's behaviour:"
@@ -118,13 +207,15 @@ def _hold_back_old_defaults(words: list[str], report: Any, config_name: str) -> 
     return kept, [head, *notes]
 
 
-def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
+def translate_argv(argv: Sequence[str], *, workdir: str | None = None) -> tuple[list[str], str]:
     """Old argv -> (verl-omni argv, the printed translation report).
 
     Flags (words starting with `-`, with their value when given as a separate word) are kept as they are and
     put first; every other word is a Hydra override translated by verl-migrate-config. Old defaults that the
     rules make explicit (e.g. `lora_rank=32`) are passed on only for old verl's default config
-    (`diffusion_trainer`, also when no `--config-name` is given); for any other config they are listed as notes.
+    (`diffusion_trainer`, also when no `--config-name` is given, and not a file of the user's); for any other
+    config they are listed as notes. A config of the user's (`--config-path DIR`) and the files it composes from
+    `DIR` are migrated by the same rules into `workdir` (see `_migrate_config_files`); the flags then point there.
     """
     from verl_migrate.migrate import translate_overrides
 
@@ -146,24 +237,18 @@ def translate_argv(argv: Sequence[str]) -> tuple[list[str], str]:
         else:
             overrides.append(w)
         i += 1
-    result = translate_overrides(overrides)
+    config_name = _config_name(flags)
+    flags, file_lines, users_config = _migrate_config_files(flags, workdir)
+    own_config = users_config or (config_name is not None and config_name.removesuffix(".yaml") != DEFAULT_CONFIG)
+    # on another config, an override's meaning depends on that config's values (its window size, its LoRA rank)
+    result = translate_overrides(overrides, skip=_CONFIG_DEPENDENT if own_config else ())
     report = result.report
     words, held_notes = list(result.overrides), []
-    config_name = _config_name(flags)
-    if config_name is not None and config_name.removesuffix(".yaml") != DEFAULT_CONFIG:
-        words, held_notes = _hold_back_old_defaults(words, report, config_name)
+    if own_config:
+        words, held_notes = _hold_back_old_defaults(words, report, config_name or DEFAULT_CONFIG, users_config)
     lines = [f"verl-compat: `python -m verl.trainer.main_flowgrpo` runs `{NEW_CONSOLE}` (`{NEW_COMMAND}`)"]
-    if report.changes:
-        lines.append("verl-compat: old overrides translated by verl-migrate-config:")
-        lines.extend(
-            "  " + line
-            for line in report.to_text().splitlines()[1:]
-            if not line.lstrip().startswith(tuple(f"{c}:" for c in ("note", *_ATTENTION)))
-        )
-    attention = [f for f in report.findings if f.category in _ATTENTION]
-    if attention:
-        lines.append("verl-compat: overrides that no longer mean the same thing (read these):")
-        lines.extend(f"  {f.category}: {f.path}: {f.message}" for f in attention)
+    lines.extend(file_lines)
+    lines.extend(_report_lines(report, "verl-compat: old overrides translated by verl-migrate-config:"))
     lines.extend(held_notes)
     kept, dropped = drop_meaningless(words)
     for i, word in enumerate(kept):  # old verl took `trainer.logger=console`; verl-omni wants a list
@@ -191,19 +276,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             VerlDeprecationWarning,
             stacklevel=2,
         )
-    try:
-        new, text = translate_argv(old)
-    except MigrationError as e:
-        print(f"verl-compat: cannot translate the overrides: {e}", file=sys.stderr)
-        return 2
-    print(text, file=sys.stderr, flush=True)
-
     import importlib
+    import tempfile
 
-    entry = importlib.import_module(NEW_MODULE)
-    # Ray workers and tools that look at sys.argv see the verl-omni command, not the old shim module
-    sys.argv = [entry.__file__ or NEW_MODULE.replace(".", "/") + ".py", *new]
-    return entry.run(new)
+    with tempfile.TemporaryDirectory(prefix="verl_compat_config_") as workdir:  # migrated copies of config files
+        try:
+            new, text = translate_argv(old, workdir=workdir)
+        except MigrationError as e:
+            print(f"verl-compat: cannot translate the overrides or config files: {e}", file=sys.stderr)
+            return 2
+        print(text, file=sys.stderr, flush=True)
+
+        entry = importlib.import_module(NEW_MODULE)
+        # Ray workers and tools that look at sys.argv see the verl-omni command, not the old shim module
+        sys.argv = [entry.__file__ or NEW_MODULE.replace(".", "/") + ".py", *new]
+        return entry.run(new)
 
 
 if __name__ == "__main__":

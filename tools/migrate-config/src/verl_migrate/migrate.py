@@ -32,11 +32,13 @@ def migrate_yaml_text(
     only: Iterable[str] | None = None,
     skip: Iterable[str] | None = None,
     package: str | None = None,
+    legacy: bool = False,
 ) -> tuple[str, FileReport]:
     """Migrate one YAML document; return the new text (the input itself when nothing changes) and the report.
 
     `package` (or a `# @package <path>` header, or the file's folder: `.../model/x.yaml`) marks a config-group file
-    whose keys live below that path.
+    whose keys live below that path. `legacy` says the document was written for old verl even if nothing in it shows
+    it (a config run by the old entry point): old defaults it relies on are then written, as for launch scripts.
 
     Raises:
         MigrationError: invalid YAML, duplicate keys, conflicting keys (`ConflictError`), a top level that is not
@@ -62,6 +64,7 @@ def migrate_yaml_text(
         where = f"; verl-omni's group for it is `{group}`" if group else ""
         report.find("note", package, f"config-group file for `{package}` (from {how}){where}")
     doc = YamlDoc(data, report, package=package)
+    doc.legacy = doc.legacy or legacy
     doc.indent = yaml_io.guess_style(text)["mapping"]
     engine.run(doc, engine.select_rules("yaml", only, skip))
     if not report.changes:
