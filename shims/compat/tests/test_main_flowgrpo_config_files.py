@@ -71,6 +71,7 @@ def _tiny(tmp: Path) -> list[str]:
         "+actor_rollout_ref.rollout.extra_configs.max_sequence_length=16",
         "reward.num_workers=1",
         "trainer.device=cpu",
+        "trainer.logger=console",  # the OCR config logs to wandb too
         "trainer.n_gpus_per_node=1",
         "trainer.cpu_threads_per_worker=1",
         "trainer.total_training_steps=1",
@@ -197,7 +198,7 @@ def _lora_ranks(tmp: Path) -> set[int]:
     """The LoRA ranks of the actor checkpoint written after the first step (DCP metadata: `lora_A` is [r, in])."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    meta = FileSystemReader(str(tmp / "ckpt" / "global_step_1" / "actor")).read_metadata()
+    meta = FileSystemReader(str(tmp / "ckpt" / "global_step_1" / "actor" / "model")).read_metadata()
     return {int(m.size[0]) for k, m in meta.state_dict_metadata.items() if "lora_A" in k and hasattr(m, "size")}
 
 
