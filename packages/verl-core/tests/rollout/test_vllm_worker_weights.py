@@ -88,22 +88,24 @@ def _msgpack_round_trip(value: Any) -> Any:
 class Server(vLLMHttpServer):
     """`vLLMHttpServer` whose `collective_rpc` is one worker behind a msgpack hop (no vLLM, no engine)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, nest: int = 1) -> None:
         super().__init__(RolloutConfig(model={"path": "/unused"}, name="vllm"))
-        self.worker = worker
+        self.worker, self.nest = worker, nest
 
     def _require_backend(self) -> None:
         """No vLLM needed: nothing here builds an engine."""
 
     async def _rpc(self, method: str, **kwargs: Any) -> Any:
-        reply = getattr(self.worker, method)(**_msgpack_round_trip(kwargs))
-        return [_msgpack_round_trip(reply)]
+        reply = _msgpack_round_trip(getattr(self.worker, method)(**_msgpack_round_trip(kwargs)))
+        for _ in range(self.nest):  # vLLM: a list per worker; vLLM-Omni: per stage, then per worker
+            reply = [reply]
+        return reply
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Server:
+@pytest.fixture(params=[1, 2], ids=["vllm-replies", "vllm-omni-replies"])
+def server(tmp_path: Path, request) -> Server:
     save_file(checkpoint(0), str(tmp_path / "model.safetensors"))
-    return Server(Worker(tmp_path))
+    return Server(Worker(tmp_path), nest=request.param)
 
 
 def _load(server: Server, tensors: dict[str, torch.Tensor]) -> None:
@@ -197,3 +199,12 @@ def test_pack_tensors_round_trip_keeps_order_dtype_and_shape() -> None:
     back = unpack_tensors(_msgpack_round_trip(pack_tensors(tensors)))
     assert [n for n, _ in back] == ["b.w", "a.w", "c"]
     assert all(torch.equal(t, u) and t.dtype == u.dtype for (_, t), (_, u) in zip(tensors, back))
+
+
+def test_an_error_record_instead_of_an_answer_is_an_engine_error(server: Server, monkeypatch) -> None:
+    """vLLM-Omni answers a failed worker call with a record (`{"status": "error", ...}`), not an exception."""
+    from verl_core.rollout.errors import EngineError
+
+    monkeypatch.setattr(server.worker, "verl_load_weights", lambda payload: {"status": "error", "error": "boom"})
+    with pytest.raises(EngineError, match=r"verl_load_weights failed.*boom"):
+        _load(server, checkpoint(3))

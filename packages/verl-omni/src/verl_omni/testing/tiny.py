@@ -150,12 +150,25 @@ def _clip_tokenizer() -> Any:
 
 
 def _t5_tokenizer() -> Any:
-    from transformers import PreTrainedTokenizerFast
+    """A SentencePiece-style Unigram tokenizer, as T5's is.
 
-    bpe = _byte_level_bpe(300, ["<pad>", "</s>", "<unk>"])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=bpe, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", model_max_length=512
+    Loaders that build `T5Tokenizer` (vLLM-Omni's SD3) need a Unigram model: a byte-level BPE fails there with
+    "'dict' object is not an instance of 'Sequence'".
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import T5TokenizerFast
+
+    unigram = Tokenizer(models.Unigram())
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
     )
+    unigram.train_from_iterator(_SENTENCES, trainer=trainer)
+    return T5TokenizerFast(
+        tokenizer_object=unigram, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", extra_ids=0,
+        model_max_length=512,
+    )  # fmt: skip
 
 
 # ---- Qwen-Image -------------------------------------------------------------------------------------

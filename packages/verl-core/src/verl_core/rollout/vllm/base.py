@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from verl_core.config.rollout import RolloutConfig
-from verl_core.rollout.errors import WeightSyncError
+from verl_core.rollout.errors import EngineError, WeightSyncError
 from verl_core.rollout.net import bind_socket
 from verl_core.rollout.server import RolloutHttpServer
 from verl_core.rollout.vllm import _adapter
@@ -147,8 +147,8 @@ class BaseVLLMHttpServer(RolloutHttpServer):
         if update.kind == "lora":
             self._lora_pending.update((name, t.clone()) for name, t in tensors)
             return
-        replies = await self._rpc(self.load_weights_rpc, payload=pack_tensors(tensors))
-        errors = [e for reply in _per_worker(replies) for e in (reply or {}).get("errors", ())]
+        replies = await self._worker_replies(self.load_weights_rpc, payload=pack_tensors(tensors))
+        errors = [e for reply in replies for e in reply.get("errors", ())]
         if errors:
             first = errors[0]
             more = f" (and {len(errors) - 1} more: {sorted({e['name'] for e in errors[1:]})[:5]})" if errors[1:] else ""
@@ -159,8 +159,27 @@ class BaseVLLMHttpServer(RolloutHttpServer):
         if kind != "full":
             raise KeyError(f"{type(self).__name__} reads back full weights only; LoRA adapters are served by vLLM's "
                            "LoRA manager from the tensors it was sent")  # fmt: skip
-        replies = _per_worker(await self._rpc(self.read_weights_rpc, names=list(names)))
-        return dict(unpack_tensors(replies[0]))  # tensor_parallel_size=1: one worker holds every tensor
+        replies = await self._worker_replies(self.read_weights_rpc, names=list(names))
+        failed = [r["error"] for r in replies if r.get("error")]
+        if failed:
+            raise KeyError(failed[0])
+        return dict(unpack_tensors(replies[0]["payload"]))  # tensor_parallel_size=1: one worker holds every tensor
+
+    async def _worker_replies(self, method: str, **kwargs: Any) -> list[dict[str, Any]]:
+        """`_rpc(method)`'s answers, one dict per worker (the worker extension's methods answer dicts).
+
+        Engines nest the answers (vLLM: one per worker; vLLM-Omni: per stage, then per worker) and vLLM-Omni answers a
+        failed worker call with an error record instead of raising: both are flattened here, and a record that is not
+        the method's own answer raises.
+
+        Raises:
+            EngineError: a worker's call failed (names the method and the engine's message).
+        """
+        replies = _flatten_replies(await self._rpc(method, **kwargs))
+        bad = [r for r in replies if not isinstance(r, dict) or r.get("status") == "error" or "todo" in r]
+        if bad or not replies:
+            raise EngineError(f"worker call {method} failed: {bad[0] if bad else 'no worker answered'}")
+        return replies
 
     async def _engine_finish_weights(self, update: WeightUpdate) -> None:
         if update.kind == "full":
@@ -201,6 +220,8 @@ class BaseVLLMHttpServer(RolloutHttpServer):
         return folder
 
 
-def _per_worker(replies: Any) -> list[Any]:
-    """`collective_rpc` answers one value per worker (a list); some engines answer a bare value."""
-    return list(replies) if isinstance(replies, (list, tuple)) else [replies]
+def _flatten_replies(replies: Any) -> list[Any]:
+    """The leaves of a `collective_rpc` answer: a bare value, a list per worker, or lists per stage of those."""
+    if isinstance(replies, (list, tuple)):
+        return [leaf for item in replies for leaf in _flatten_replies(item)]
+    return [replies]

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from verl_core.rollout.vllm.worker_weights import checkpoint_specs, load_each, pack_tensors, read_back, unpack_tensors
+from verl_core.rollout.vllm.worker_weights import load_each, read_back_reply, unpack_tensors
 
 __all__ = ["VerlWorkerExtension"]
 
@@ -38,18 +38,8 @@ class VerlWorkerExtension:
         errors = load_each(lambda pairs: model.load_weights(weights=pairs), tensors, self.device)
         return {"loaded": len(tensors) - len(errors), "errors": errors}
 
-    def verl_read_weights(self, names: list[str]) -> bytes:
-        """The served values of checkpoint-named tensors (`pack_tensors` payload), read back through the loader.
-
-        Raises:
-            KeyError: a name the served checkpoint or the model does not have.
-            ValueError: the model is sharded or transforms the tensor on load (see `read_back`).
-        """
+    def verl_read_weights(self, names: list[str]) -> dict[str, Any]:
+        """The served values of checkpoint-named tensors, read back through the loader (`read_back_reply`)."""
         model = self._verl_model()
         folder = Path(str(self.model_runner.model_config.model))
-        shapes = checkpoint_specs(folder)
-        unknown = [n for n in names if n not in shapes]
-        if unknown:
-            raise KeyError(f"{unknown[0]!r} is not a tensor of the served checkpoint {folder} ({len(shapes)} are)")
-        served = read_back(model, lambda pairs: model.load_weights(weights=pairs), {n: shapes[n] for n in names})
-        return pack_tensors(served.items())
+        return read_back_reply(model, lambda pairs: model.load_weights(weights=pairs), folder, names)

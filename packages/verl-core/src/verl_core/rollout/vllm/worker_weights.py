@@ -29,7 +29,7 @@ import torch
 
 from verl_core.rollout.tensor_payload import decode_tensor_body, encode_tensor_body
 
-__all__ = ["checkpoint_specs", "load_each", "pack_tensors", "read_back", "unpack_tensors"]
+__all__ = ["checkpoint_specs", "load_each", "pack_tensors", "read_back", "read_back_reply", "unpack_tensors"]
 
 LoadFn = Callable[[list[tuple[str, torch.Tensor]]], Any]
 """The model's loader: takes `(name, tensor)` pairs, returns what it loaded (vLLM: a set of parameter names)."""
@@ -123,6 +123,26 @@ def read_back(model: torch.nn.Module, load: LoadFn, specs: Mapping[str, Sequence
         _check_round_trip(params, load, name, value, parts)
         out[name] = value.to("cpu", copy=True)
     return out
+
+
+def read_back_reply(
+    model: torch.nn.Module, load: LoadFn, folder: str | Path, names: Sequence[str], *, prefix: str = ""
+) -> dict[str, Any]:
+    """A worker's answer to a read-back call: `{"payload": pack_tensors(...)}` or `{"error": message}`.
+
+    Shapes come from the safetensors files of `folder`, where each name is stored without `prefix`. Errors are
+    answered as data (vLLM-Omni's RPC does not raise a worker's exception to the caller).
+    """
+    try:
+        shapes = checkpoint_specs(folder)
+        bare = {n: n.removeprefix(prefix) if prefix else n for n in names}
+        unknown = [n for n, b in bare.items() if b not in shapes]
+        if unknown:
+            raise KeyError(f"{unknown[0]!r} is not a tensor of the served checkpoint {folder} ({len(shapes)} are)")
+        served = read_back(model, load, {n: shapes[b] for n, b in bare.items()})
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        return {"error": f"{type(e).__name__}: {e.args[0] if e.args else e}"}
+    return {"payload": pack_tensors(served.items())}
 
 
 def _locate(

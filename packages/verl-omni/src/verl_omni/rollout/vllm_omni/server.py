@@ -215,13 +215,12 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
             return
         int_id, name = self._lora_cache.new_id(update.version)
         tensors, self._lora_pending = self._lora_pending, {}
-        try:
-            await self._rpc("verl_omni_add_lora", int_id=int_id, name=name, tensors=tensors,
-                            peft_config=dict(update.peft_config or {}))  # fmt: skip
-        except Exception as e:
-            raise WeightSyncError(
-                f"LoRA adapter of version {update.version} was refused: {e}", field="peft_config"
-            ) from e
+        replies = await self._worker_replies("verl_omni_add_lora", int_id=int_id, name=name, tensors=tensors,
+                                             peft_config=dict(update.peft_config or {}))  # fmt: skip
+        refused = [e["message"] for r in replies for e in r.get("errors", ())]
+        if refused:
+            raise WeightSyncError(f"LoRA adapter of version {update.version} was refused: {refused[0]}",
+                                  field="peft_config")  # fmt: skip
         request = compat.lora_request(name, int_id, FAKE_LORA_PATH)
         for old in self._lora_cache.add(LoRAEntry(int_id, name, update.version, request)):
             await self._rpc("verl_omni_remove_lora", int_id=old.int_id)

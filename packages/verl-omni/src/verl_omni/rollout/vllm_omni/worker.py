@@ -65,40 +65,39 @@ class WorkerMethods:
         errors = load_each(self._verl_pipeline_load, tensors, self.device)
         return {"loaded": len(tensors) - len(errors), "errors": errors}
 
-    def verl_omni_read_weights(self, names: list[str]) -> bytes:
-        """Served values of transformer tensors named as the checkpoint's `transformer/` folder names them.
+    def verl_omni_read_weights(self, names: list[str]) -> dict[str, Any]:
+        """Served values of transformer tensors, read back through the pipeline's loader (`read_back_reply`).
 
-        Raises:
-            KeyError: a name the checkpoint's transformer or the pipeline does not have.
-            ValueError: the transformer is sharded or transforms the tensor on load (see `read_back`).
+        Names are those of the checkpoint's `transformer/` folder, with or without `transformer.`.
         """
         from pathlib import Path
 
-        from verl_core.rollout.vllm.worker_weights import checkpoint_specs, pack_tensors, read_back
+        from verl_core.rollout.vllm.worker_weights import read_back_reply
 
         folder = Path(str(self.model_runner.od_config.model)) / "transformer"
-        shapes = checkpoint_specs(folder)
-        bare = {n: n.removeprefix("transformer.") for n in names}
-        unknown = [n for n, b in bare.items() if b not in shapes]
-        if unknown:
-            raise KeyError(f"{unknown[0]!r} is not a tensor of the served transformer {folder} ({len(shapes)} are)")
         pipeline = self.model_runner.pipeline
-        served = read_back(pipeline, self._verl_pipeline_load, {n: shapes[b] for n, b in bare.items()})
-        return pack_tensors(served.items())
+        return read_back_reply(pipeline, self._verl_pipeline_load, folder, names, prefix="transformer.")
 
-    def verl_omni_add_lora(self, int_id: int, name: str, tensors: dict[str, torch.Tensor], peft_config: dict) -> bool:
+    def verl_omni_add_lora(
+        self, int_id: int, name: str, tensors: dict[str, torch.Tensor], peft_config: dict
+    ) -> dict[str, Any]:
         """Register adapter `int_id` from in-memory tensors (`OmniTensorLoRARequest`).
 
-        Raises:
-            RuntimeError: the worker has no LoRA manager (e.g. `lora_backend="distill"`), so the adapter was not added.
-            ValueError: the adapter would bind zero modules or has unknown target modules (from the hijack).
+        Answers `{"ok": True}` or `{"ok": False, "errors": [{"name": "peft_config", "message": ...}]}`, never raises:
+        vLLM-Omni's RPC logs a worker's exception and answers an error record, losing the message. Refused: an adapter
+        binding zero modules or naming unknown target modules (from the hijack), and a worker with no LoRA manager
+        (e.g. `lora_backend="distill"`).
         """
         from verl_omni.rollout.vllm_omni.lora import tensor_lora_request
 
-        added = self.add_lora(tensor_lora_request(name, int_id, tensors, peft_config))  # type: ignore[attr-defined]
-        if not added and int_id not in (self.list_loras() or []):  # type: ignore[attr-defined]
-            raise RuntimeError(f"worker {getattr(self, 'rank', '?')}: LoRA adapter {int_id} was not added (no manager)")
-        return True
+        try:
+            added = self.add_lora(tensor_lora_request(name, int_id, tensors, peft_config))  # type: ignore[attr-defined]
+            if not added and int_id not in (self.list_loras() or []):  # type: ignore[attr-defined]
+                raise RuntimeError(f"worker {getattr(self, 'rank', '?')}: LoRA adapter {int_id} was not added "
+                                   "(the worker has no LoRA manager)")  # fmt: skip
+        except (ValueError, RuntimeError) as e:
+            return {"ok": False, "errors": [{"name": "peft_config", "message": f"{type(e).__name__}: {e}"}]}
+        return {"ok": True}
 
     def verl_omni_remove_lora(self, int_id: int) -> bool:
         """Drop adapter `int_id` (False when it was not registered)."""
