@@ -73,7 +73,7 @@ for phase in "$@"; do
                  CUDA_VISIBLE_DEVICES=0 run bench-lora-sync-$preset python3 benchmarks/bench_lora_sync.py \
                    --device cuda --preset $preset --out "$out"
                done ;;
-    vllm) run gpu-vllm python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
+    vllm) run gpu-vllm timeout -k 10 "${VLLM_TESTS_TIMEOUT:-1200}" python3 -m pytest -p no:cacheprovider -m gpu -v -rs \
             packages/verl-core/tests/rollout/test_gpu_backends.py packages/verl-omni/tests/rollout/test_vllm_omni_gpu.py ;;
     vllm-trainer) run gpu-vllm-trainer python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k vllm_omni \
                     packages/verl-omni/tests/trainer/test_trainer_gpu.py ;;

@@ -40,9 +40,10 @@ class FusedAttention(nn.Module):
         super().__init__()
         self.qkv_proj = nn.Linear(D, 3 * D)
         self.o_proj = nn.Linear(D, D)
+        self.register_buffer("pos_embed", torch.zeros(2, D))  # vLLM-Omni's SD3 loads its `pos_embed` buffer
 
     def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> set[str]:
-        params = dict(self.named_parameters())
+        params = {**dict(self.named_buffers()), **dict(self.named_parameters())}
         loaded: set[str] = set()
         for name, tensor in weights:
             target, rows = name, None
@@ -67,6 +68,7 @@ def checkpoint(seed: int) -> dict[str, torch.Tensor]:
         out[f"{shard}.bias"] = torch.randn(D, generator=g)
     out["o_proj.weight"] = torch.randn(D, D, generator=g)
     out["o_proj.bias"] = torch.randn(D, generator=g)
+    out["pos_embed"] = torch.randn(2, D, generator=g)
     return out
 
 

@@ -132,3 +132,70 @@ def test_request_without_verl_sampling_is_sampled_from_its_own_fields():
     ours = DiffusionSamplingConfig(n=3, num_inference_steps=4, height=64, width=96, noise_level=0.5, seed=9)
     served = SimpleNamespace(height=1, width=1, num_inference_steps=1, extra_args=sampling_extra_args(ours))
     assert request_sampling_config(served) == ours
+
+
+def test_envelope_factory_unwraps_the_output_envelope_for_a_tensor_only_post_processing():
+    """vLLM-Omni 0.26's SD3 post-processing takes tensors only; the log-prob pipelines return an envelope."""
+    import inspect
+
+    import torch
+
+    calls = []
+
+    def sd3_like_factory(od_config):  # the shape of vllm_omni's get_sd3_image_post_process_func
+        def post_process_func(images: torch.Tensor):
+            if not isinstance(images, torch.Tensor):
+                raise ValueError(f"Input for postprocessing is in incorrect format: {type(images)}")
+            calls.append(od_config)
+            return images * 2
+
+        return post_process_func
+
+    make = compat._envelope_factory(sd3_like_factory)
+    func = make("cfg")
+    assert list(inspect.signature(func).parameters) == ["images"]  # the engine passes sampling_params only if named
+    envelope = {"payload": {"image": torch.ones(1, 3, 2, 2)}, "metadata": {"rl": {"latents": 1}}}
+    out = func(envelope)
+    assert torch.equal(out["payload"]["image"], torch.full((1, 3, 2, 2), 2.0)) and out["metadata"] == {
+        "rl": {"latents": 1}
+    }
+    assert torch.equal(func(torch.ones(2)), torch.full((2,), 2.0))  # plain tensors still pass
+    assert getattr(make, "__verl_envelope__", False) and calls == ["cfg", "cfg"]
+
+    def with_params_factory(od_config):
+        return lambda images, sampling_params=None: (images, sampling_params)
+
+    func = compat._envelope_factory(with_params_factory)("cfg")
+    assert "sampling_params" in inspect.signature(func).parameters
+    assert func({"payload": {"image": 1}}, sampling_params="sp")["payload"]["image"] == (1, "sp")
+
+
+def test_refused_lora_adapter_is_checked_before_the_manager_can_evict_the_served_one(monkeypatch):
+    """On the GPU a zero-binding adapter was refused only after vLLM-Omni's manager had evicted the served adapter
+    (cache of 1), so the next generate failed: the worker must check the adapter before calling `add_lora`."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from verl_omni.rollout.vllm_omni import lora, worker
+
+    added = []
+
+    def refuse(pipeline, request, dtype, expected):
+        raise ValueError(f"LoRA adapter {request.lora_int_id} binds zero modules of the pipeline")
+
+    monkeypatch.setattr(lora, "load_tensor_adapter", refuse)
+    monkeypatch.setattr(
+        lora, "tensor_lora_request", lambda name, int_id, tensors, peft: SimpleNamespace(lora_int_id=int_id)
+    )
+    fake = worker.WorkerMethods()
+    fake.lora_manager = SimpleNamespace(pipeline=object(), dtype=torch.float32, _expected_lora_modules=["to_q"])
+    fake.add_lora = lambda request: added.append(request.lora_int_id) or True
+    fake.list_loras = lambda: list(added)
+    reply = fake.verl_omni_add_lora(
+        3, "v3", {"a.lora_A.weight": torch.zeros(1, 1)}, {"r": 1, "target_modules": ["to_q"]}
+    )
+    assert reply["ok"] is False and "binds zero modules" in reply["errors"][0]["message"]
+    assert added == []  # add_lora (which evicts first) was never called
+    monkeypatch.setattr(lora, "load_tensor_adapter", lambda *args: None)
+    assert fake.verl_omni_add_lora(4, "v4", {}, {"r": 1})["ok"] is True and added == [4]

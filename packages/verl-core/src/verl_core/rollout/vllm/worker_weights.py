@@ -110,7 +110,7 @@ def read_back(model: torch.nn.Module, load: LoadFn, specs: Mapping[str, Sequence
     index: dict[tuple[str, tuple[int, ...]], list[tuple[str, torch.Tensor]]] = model.__dict__.setdefault(
         _INDEX_ATTR, {}
     )
-    params = dict(model.named_parameters())
+    params = {**dict(model.named_buffers()), **dict(model.named_parameters())}  # loaders fill buffers too
     todo = [(name, tuple(int(d) for d in shape)) for name, shape in specs.items()]
     missing = [item for item in todo if item not in index]
     if missing:
@@ -146,7 +146,7 @@ def read_back_reply(
 
 
 def _locate(
-    params: dict[str, torch.nn.Parameter],
+    params: dict[str, torch.Tensor],
     load: LoadFn,
     items: list[tuple[str, tuple[int, ...]]],
     index: _Index,
@@ -188,7 +188,7 @@ def _locate(
 
 
 def _check_round_trip(
-    params: dict[str, torch.nn.Parameter],
+    params: dict[str, torch.Tensor],
     load: LoadFn,
     name: str,
     value: torch.Tensor,

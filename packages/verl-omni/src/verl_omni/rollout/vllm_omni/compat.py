@@ -204,6 +204,70 @@ def create_engine(kwargs: dict[str, Any]) -> Any:
     return AsyncOmni(**kwargs)
 
 
+def envelope_post_processing(runtime: OmniRuntime, model_class_name: str) -> bool:
+    """Let the served model's image post-processing take the output envelope the log-prob pipelines return.
+
+    From 0.26 the pipelines return `{"payload": {"image": ...}, "metadata": {...}}` (`build_diffusion_output`).
+    Qwen-Image's post-processing unwraps it; SD3's (0.26) does not and every request fails with "Input for
+    postprocessing is in incorrect format: <class 'dict'>". The factory that vLLM-Omni's registry
+    (`_DIFFUSION_POST_PROCESS_FUNCS`) names for `model_class_name` is wrapped in its module, in this process (where
+    the engine's post-processing is built): the function it makes applies to `payload["image"]` and passes the
+    metadata on. Idempotent; returns whether a factory is now wrapped.
+    """
+    if not runtime.has("output_envelope"):
+        return False
+    import importlib
+
+    try:
+        from vllm_omni.diffusion import registry
+    except ImportError:
+        return False
+    func_name = getattr(registry, "_DIFFUSION_POST_PROCESS_FUNCS", {}).get(model_class_name)
+    entry = getattr(registry, "_DIFFUSION_MODELS", {}).get(model_class_name)
+    if func_name is None or entry is None:
+        return False
+    folder, relname = entry[0], entry[1]
+    module = importlib.import_module(folder if relname == "" else f"vllm_omni.diffusion.models.{folder}.{relname}")
+    factory = getattr(module, func_name)
+    if not getattr(factory, "__verl_envelope__", False):
+        setattr(module, func_name, _envelope_factory(factory))
+    return True
+
+
+def _envelope_factory(factory: Any) -> Any:
+    """A post-processing factory whose functions unwrap the output envelope around `factory`'s."""
+    import functools
+    import inspect
+
+    @functools.wraps(factory)
+    def make(od_config: Any) -> Any:
+        inner = factory(od_config)
+        if inner is None:
+            return None
+
+        def unwrap(images: Any, **kwargs: Any) -> Any:
+            if isinstance(images, dict) and isinstance(images.get("payload"), dict):
+                payload = dict(images["payload"])
+                payload["image"] = inner(payload["image"], **kwargs)
+                metadata = images.get("metadata")
+                return {"payload": payload, "metadata": metadata if isinstance(metadata, dict) else {}}
+            return inner(images, **kwargs)
+
+        if "sampling_params" in inspect.signature(inner).parameters:  # the engine passes it only when named
+
+            def post_process(images: Any, sampling_params: Any = None) -> Any:
+                return unwrap(images, sampling_params=sampling_params)
+        else:
+
+            def post_process(images: Any) -> Any:
+                return unwrap(images)
+
+        return post_process
+
+    make.__verl_envelope__ = True  # type: ignore[attr-defined]
+    return make
+
+
 async def abort(runtime: OmniRuntime, engine: Any, request_ids: list[str], timeout: float) -> None:
     """`engine.abort(ids)`; 0.30 also bounds the abort inside the engine (`timeout=`)."""
     if runtime.has("abort_timeout"):

@@ -72,6 +72,7 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
             class_name = json.loads(index.read_text())["_class_name"]
         except (OSError, ValueError, KeyError) as e:
             raise ValueError(f"rollout.model.path: {index} is not a readable diffusers model_index.json ({e})") from e
+        self._class_name = class_name
         self._adapter_name = get_class(class_name, getattr(config, "external_lib", None)).name
         self._pipeline_class = pipeline_qualname(self._adapter_name)
         if config.sleep_level != 1:
@@ -129,6 +130,7 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
         return compat.engine_kwargs(self._runtime, args, supports_request_batch=False, lora=config.lora.enabled)
 
     async def _create_engine(self, engine_args: dict[str, Any]) -> Any:
+        compat.envelope_post_processing(self._runtime, self._class_name)
         return compat.create_engine(engine_args)
 
     def _validate_sampling_params(self, params: dict[str, Any]) -> Any:

@@ -85,13 +85,18 @@ class WorkerMethods:
 
         Answers `{"ok": True}` or `{"ok": False, "errors": [{"name": "peft_config", "message": ...}]}`, never raises:
         vLLM-Omni's RPC logs a worker's exception and answers an error record, losing the message. Refused: an adapter
-        binding zero modules or naming unknown target modules (from the hijack), and a worker with no LoRA manager
-        (e.g. `lora_backend="distill"`).
+        binding zero modules or naming unknown target modules (checked before `add_lora`, which evicts the served
+        adapter first when the cache is full: a refused adapter must leave the served one in place), and a worker
+        with no LoRA manager (e.g. `lora_backend="distill"`).
         """
-        from verl_omni.rollout.vllm_omni.lora import tensor_lora_request
+        from verl_omni.rollout.vllm_omni.lora import load_tensor_adapter, tensor_lora_request
 
+        request = tensor_lora_request(name, int_id, tensors, peft_config)
         try:
-            added = self.add_lora(tensor_lora_request(name, int_id, tensors, peft_config))  # type: ignore[attr-defined]
+            manager = getattr(self, "lora_manager", None)
+            if manager is not None:  # check first: the manager evicts the served adapter before it loads a new one
+                load_tensor_adapter(manager.pipeline, request, manager.dtype, set(manager._expected_lora_modules))
+            added = self.add_lora(request)  # type: ignore[attr-defined]
             if not added and int_id not in (self.list_loras() or []):  # type: ignore[attr-defined]
                 raise RuntimeError(f"worker {getattr(self, 'rank', '?')}: LoRA adapter {int_id} was not added "
                                    "(the worker has no LoRA manager)")  # fmt: skip
