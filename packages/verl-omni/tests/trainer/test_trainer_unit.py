@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from verl_omni.trainer.config import load_config
 from verl_omni.trainer.flow_grpo_trainer import FlowGRPOTrainer, WeightSyncError
+
+_LORA = {"a.lora_A.weight": torch.arange(6.0).reshape(2, 3), "a.lora_B.weight": torch.ones(3, 2)}
 
 
 class _Actor:
@@ -16,8 +19,12 @@ class _Actor:
         self.pushed = []
         self.dtypes = []
         self.transports = []
+        self.exported = []
 
     def call(self, method, *args, **kwargs):
+        if method == "exported_weights":  # what the served-weights check compares the servers with
+            self.exported.append(args[0])
+            return [{"kind": "lora", "tensors": {n: t.clone() for n, t in _LORA.items()}}]
         assert method == "push_weights"
         version = args[1]
         self.pushed.append(version)
@@ -30,6 +37,16 @@ class _Actor:
 class _Rollout:
     def __init__(self):
         self.woken = 0
+        self.served = {0: dict(_LORA), 1: dict(_LORA)}  # what each server reads back
+        self.reads = []
+
+    def served_weights(self, names, kind):
+        self.reads.append((sorted(names), kind))
+        if self.served is None:
+            return None
+        return {
+            r: t if isinstance(t, BaseException) else {n: t[n] for n in names if n in t} for r, t in self.served.items()
+        }
 
     def wake_up(self):
         self.woken += 1
@@ -74,6 +91,47 @@ def test_a_server_that_does_not_serve_the_pushed_version_is_an_error_naming_it(t
         WeightSyncError, match=r"rollout server\(s\) \[1\] serve weight version\(s\) \[0\] .* version 3"
     ):
         trainer._sync_weights(3)
+
+
+def test_the_first_sync_reads_every_served_tensor_back_once_per_run(tiny_qwen_image_path):
+    trainer, actor, rollout = _trainer(tiny_qwen_image_path, serves_pushed=True)
+    trainer._sync_weights(1)
+    trainer._sync_weights(2)
+    assert actor.exported == ["float32"]  # once per run, in the rollout's dtype
+    assert rollout.reads == [(sorted(_LORA), "lora")]
+    off, actor, rollout = _trainer(
+        tiny_qwen_image_path, serves_pushed=True, overrides=["trainer.check_served_weights=false"]
+    )
+    off._sync_weights(1)
+    assert actor.exported == [] and rollout.reads == []
+
+
+def test_served_weights_unlike_the_actors_are_an_error_naming_server_tensors_and_the_key(tiny_qwen_image_path):
+    trainer, _, rollout = _trainer(tiny_qwen_image_path, serves_pushed=True)
+    stale = dict(_LORA)
+    stale["a.lora_B.weight"] = torch.zeros(3, 2)  # LoRA B as initialised: the update never arrived
+    rollout.served[1] = stale
+    with pytest.raises(WeightSyncError) as info:
+        trainer._sync_weights(1)
+    message = str(info.value)
+    assert "rollout server 1 at http://server-1: 1 of 2 lora tensors differ" in message
+    assert "['a.lora_B.weight']" in message and "server 0" not in message
+    assert "trainer.check_served_weights=false" in message and "version 1" in message
+
+
+def test_a_server_that_serves_no_adapter_fails_the_check_with_its_read_back_error(tiny_qwen_image_path):
+    trainer, _, rollout = _trainer(tiny_qwen_image_path, serves_pushed=True)
+    rollout.served[0] = KeyError("lora tensor 'a.lora_A.weight' is not served (0 lora tensors are)")
+    with pytest.raises(WeightSyncError, match=r"server 0 at http://server-0: 2 of 2 lora tensors .*is not served"):
+        trainer._sync_weights(1)
+
+
+def test_a_backend_that_cannot_read_back_the_kind_skips_the_check_with_a_warning(tiny_qwen_image_path, caplog):
+    trainer, _, rollout = _trainer(tiny_qwen_image_path, serves_pushed=True)
+    rollout.served = None
+    with caplog.at_level("WARNING"):
+        trainer._sync_weights(1)
+    assert "served-weights check skipped" in caplog.text and "trainer.check_served_weights=false" in caplog.text
 
 
 def test_the_sde_window_is_pinned_per_step_and_reproducible(tiny_qwen_image_path):

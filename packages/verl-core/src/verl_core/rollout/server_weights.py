@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 
@@ -43,6 +43,9 @@ class WeightSyncMixin(EngineHooks):
     Mixed into `RolloutHttpServer`, whose `__init__` calls `_init_weight_sync` and which provides `metrics`,
     `_on_loop`, `_timed` and `_exclusive_op`.
     """
+
+    readable_weight_kinds: ClassVar[tuple[WeightKind, ...]] = ("full", "lora")
+    """The weight kinds `served_weights` can read back (a backend that cannot read one back says so here)."""
 
     if TYPE_CHECKING:  # provided by RolloutHttpServer
         metrics: ServerMetrics

@@ -58,6 +58,8 @@ class FlowGRPOTrainer:
     * Validation: every `trainer.test_freq` steps, before training (`trainer.val_before_train`), or only
       (`trainer.val_only`), with `rollout.val_kwargs` (ODE sampling by default).
     * Checkpoints: every `trainer.save_freq` steps, atomic; resume with `trainer.resume_mode`.
+    * Weight sync check: every server must answer the pushed version; after the run's first sync every server's
+      served tensors must equal the actor's, bit for bit (`trainer.check_served_weights`, on by default).
 
     Args:
         config (`DiffusionTrainerConfig`): the validated config (model path resolved by `preflight`).
@@ -87,6 +89,7 @@ class FlowGRPOTrainer:
         self.free_cache = rollout.free_cache_engine
         self.step = 0
         self.weight_version = 0
+        self._served_weights_checked = False  # `trainer.check_served_weights`: once per run, after the first sync
         self.history: list[dict[str, float]] = []
         self.val_images: dict[int, torch.Tensor] = {}
         self.c: TrainerComponents | None = None
@@ -257,6 +260,8 @@ class FlowGRPOTrainer:
                 f"actor pushed version {version}"
             )
         self.weight_version = version
+        if self.config.trainer.check_served_weights and not self._served_weights_checked:
+            self._check_served_weights(version)
         return {
             "rollout/weight_version": float(version),
             "perf/weight_sync_bytes": pushed["bytes"],
@@ -266,6 +271,43 @@ class FlowGRPOTrainer:
             "timing_s/weight_send": pushed["send_s"],
             "timing_s/rollout_wake": wake_s,
         }
+
+    def _check_served_weights(self, version: int) -> None:
+        """Every server must serve bit for bit what the actor exports now (`verl_omni.trainer.served_check`).
+
+        Raises:
+            WeightSyncError: a server serves other tensors (names it, how many differ, and the key that turns the
+                check off).
+        """
+        from verl_omni.trainer.served_check import CHECK_KEY, served_weights_error
+
+        c = self._components()
+        start = time.perf_counter()
+        dtype = torch_dtype_name(self.config.actor_rollout_ref.rollout.dtype)
+        exported = c.actor.call("exported_weights", dtype)[0]
+        expected, kind = exported["tensors"], exported["kind"]
+        served = c.rollout.served_weights(list(expected), kind)
+        self._served_weights_checked = True
+        if served is None:
+            logger.warning(
+                "served-weights check skipped: the %s rollout backend cannot read back %s tensors (%s=false "
+                "silences this)",
+                self.config.actor_rollout_ref.rollout.name,
+                kind,
+                CHECK_KEY,
+            )
+            return
+        error = served_weights_error(expected, served, c.rollout.weight_targets(), version=version, kind=kind)
+        if error is not None:
+            raise WeightSyncError(error)
+        logger.info(
+            "served weights checked: the %d %s tensors on %d server(s) equal the actor's (%.2f s; %s=false skips it)",
+            len(expected),
+            kind,
+            len(served),
+            time.perf_counter() - start,
+            CHECK_KEY,
+        )
 
     def validate(self, step: int | None = None) -> dict[str, float]:
         """Sample the validation prompts with `rollout.val_kwargs`, score them; keep the images for the grid."""

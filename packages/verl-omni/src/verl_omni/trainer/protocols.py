@@ -49,6 +49,9 @@ class RolloutService(Protocol):
     def weight_targets(self) -> list[str]:
         """The servers' HTTP addresses, rank order (actor rank 0 streams `update_weights` to them)."""
 
+    def served_weights(self, names: list[str], kind: str) -> dict[int, dict[str, Any] | BaseException] | None:
+        """Server rank -> the tensors it serves under `names` (or its read-back error); None: `kind` unreadable."""
+
     def shutdown(self) -> None:
         """Stop every server."""
 

@@ -155,6 +155,38 @@ class ColocatedRollout:
         router = self.replica.router
         return self._broadcast(router.broadcast("metrics"), "metrics", self.config.lifecycle_timeout_s)
 
+    def served_weights(self, names: list[str], kind: str) -> dict[int, dict[str, Any] | BaseException] | None:
+        """Server rank -> the CPU tensors it serves under `names`, or the error its read-back raised.
+
+        Read through each server's Ray actor (`RolloutHttpServer.served_weights`); a name the server does not
+        serve comes back as its `BadRequestError`.
+
+        Returns:
+            None when the backend cannot read back `kind` tensors (its `readable_weight_kinds`).
+
+        Raises:
+            RolloutServiceError: a server died or did not answer within `rollout.lifecycle_timeout_s`.
+        """
+        from ray.exceptions import RayActorError, RayTaskError
+
+        if kind not in getattr(self.replica.server_cls, "readable_weight_kinds", ("full", "lora")):
+            return None
+
+        async def read() -> list[Any]:
+            refs = [actor.served_weights.remote(list(names), kind=kind) for actor in self.servers]
+            return await asyncio.gather(*refs, return_exceptions=True)
+
+        out: dict[int, dict[str, Any] | BaseException] = {}
+        for rank, result in enumerate(self._run(read(), "served_weights", self.config.lifecycle_timeout_s)):
+            if isinstance(result, RayActorError):
+                raise RolloutServiceError(f"rollout server rank {rank} died during served_weights: {result}")
+            if isinstance(result, RayTaskError):  # the server's own error (e.g. BadRequestError: not served)
+                result = result.cause if isinstance(getattr(result, "cause", None), BaseException) else result
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+            out[rank] = result
+        return out
+
     def shutdown(self) -> None:
         """Stop every server and the event loop thread (safe to call twice)."""
         if self._loop.is_closed():

@@ -194,6 +194,16 @@ class ActorWorker:
         )
         return {"bytes": size, "export_s": export_s, "send_s": time.perf_counter() - start, **sent}
 
+    def exported_weights(self, dtype: str | None = None) -> dict[str, Any]:
+        """The weights a push sends now, as CPU copies (a collective; for the served-weights check).
+
+        Returns:
+            `{"kind": "lora" | "full", "tensors": {name: tensor}}` on rank 0 (tensors empty on the other ranks).
+        """
+        weights = self.engine.export_weights(dtype=getattr(torch, dtype) if dtype else None, device="cpu")
+        tensors = {name: t.to("cpu", copy=True) for name, t in weights.items()} if self.rank == 0 else {}
+        return {"kind": "lora" if self.engine.use_lora else "full", "tensors": tensors}
+
     def close_weight_segment(self) -> None:
         """Unlink the weight-sync segment (before the worker is killed; also at garbage collection)."""
         if self._pusher is not None:
@@ -228,7 +238,8 @@ class ActorWorker:
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
         model = get_model_state_dict(self.engine.module, options=opts)
         optim = get_optimizer_state_dict(self.engine.module, self.engine.optimizer, options=opts)
-        return {"model": model, "optim": optim["state"], "step": self.engine.global_step}
+        # full state dicts with cpu_offload are rank 0's only: the other ranks get empty dicts
+        return {"model": model, "optim": optim.get("state", {}), "step": self.engine.global_step}
 
     def peak_memory_gb(self) -> float:
         """Peak accelerator memory since the last call, in GiB (0 on the CPU); resets the counter."""

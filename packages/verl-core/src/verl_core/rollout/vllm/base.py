@@ -64,6 +64,7 @@ class BaseVLLMHttpServer(RolloutHttpServer):
     """Worker-extension method taking one `pack_tensors` payload, answering `{"loaded", "errors"}`."""
     read_weights_rpc: ClassVar[str] = "verl_read_weights"
     """Worker-extension method taking tensor names, answering a `pack_tensors` payload of their served values."""
+    readable_weight_kinds: ClassVar[tuple[WeightKind, ...]] = ("full",)  # LoRA tensors live in vLLM's LoRA manager
 
     def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
         self._require_backend()

@@ -50,6 +50,11 @@ class TrainerConfig(BaseConfig):
             update, weight sync, checkpoint) may take; a dead or hung worker is an error after at most this long.
         cpu_threads_per_worker (`int`, *optional*): torch threads of each actor worker and rollout server on the CPU;
             null keeps Ray's setting (one thread per CPU the actor holds).
+        check_served_weights (`bool`, *optional*, defaults to `True`): once per run, after the first weight sync,
+            read every pushed tensor back from every rollout server and require it equal to the actor's (a sync
+            that loads nothing is an error naming the server, instead of a run against a frozen sampler). It moves
+            the pushed state to the driver once: the adapter with LoRA, the whole model without; turn it off for
+            full fine-tuning of a large model. Backends that cannot read back LoRA tensors (vLLM-Omni) skip it.
         use_v1 (`bool`, *optional*, defaults to `False`): only false (verl-omni's TransferQueue trainer is not
             implemented).
 
@@ -80,6 +85,7 @@ class TrainerConfig(BaseConfig):
     ray_master_port_range: list[int] = dataclasses.field(default_factory=lambda: [20000, 30000])
     worker_timeout_s: float = 1800.0
     cpu_threads_per_worker: int | None = None
+    check_served_weights: bool = True
     use_v1: bool = False
 
     def __post_init__(self) -> None:
