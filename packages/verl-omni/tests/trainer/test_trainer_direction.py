@@ -33,11 +33,16 @@ def test_the_quickstart_update_raises_the_reward_by_more_than_3_standard_errors(
     Mutations run by hand (each edited into the code, this test run, then restored), and what this test saw:
 
     * advantages negated (`batch["advantages"] = -compute_flow_grpo_advantages(...)` in `FlowGRPOTrainer.train`):
-      FAILED, margin -32.0.
-    * advantages rolled by one sample within the batch (`torch.roll(advantages, 1, dims=0)`): FAILED, margin -6.1.
-    * the ratio's old log-probs taken from the new policy after the update would leave ratio 1 in this on-policy
-      (fused) update, so the third mutation flips the log-ratio in the loss instead (`log_prob - old_log_prob`
-      -> `old_log_prob - log_prob` in `verl_omni.algos.flow_grpo`): FAILED, margin -31.7.
+      FAILED, margin -36.2.
+    * advantages rolled by one sample within the batch (`torch.roll(batch["advantages"], 1, dims=0)` after step 5):
+      FAILED, margin -3.2.
+    * the log-ratio flipped in the loss (`neg_log_ratio = log_prob - old_log_prob` in `verl_omni.algos.flow_grpo`):
+      FAILED, margin -36.2, the same run as the negation (the update is on-policy: ratio 1, so the flip only flips
+      the gradient). "Old log-probs taken after the update" cannot be written in this update, which takes them from
+      its own forwards.
+    * the `diffusers` server drops LoRA updates (its `_engine_finish_weights` loads nothing, the version still
+      advances): FAILED at step 1, `WeightSyncError` of the served-weights check ("rollout server 0 at http://...:
+      64 of 68 lora tensors differ from the actor's").
     """
     from verl_omni.trainer.main import run
 
@@ -92,6 +97,8 @@ class _ServedWeightsProbe:
 def test_every_server_serves_the_actors_weights_after_the_syncs_of_step_1_and_step_2(
     ray_session, trainer_run, tmp_path
 ):
+    """Two actor ranks, two servers. Mutation run by hand: the `diffusers` server's `_engine_finish_weights` loads
+    no LoRA tensor (the version still advances): FAILED, "step 1: server 0 serves 64 other tensors"."""
     probes = []
     run = trainer_run(
         tmp_path,
@@ -108,7 +115,11 @@ def test_a_sync_that_sends_nothing_fails_the_run_at_its_first_sync_naming_the_se
     ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, monkeypatch, capsys
 ):
     """The mutation: the trainer's push addresses no server (actor rank 0 exports, sends nothing, answers no
-    version), so the version check has nothing to compare; only the served-weights read-back notices."""
+    version), so the version check has nothing to compare; only the served-weights read-back notices.
+
+    Mutation run by hand: the call `self._check_served_weights(version)` in `FlowGRPOTrainer._sync_weights` removed:
+    FAILED, the run trained step 1 against the frozen sampler and stopped only at step 2 on the trajectories'
+    weight version ("error at step 2: WeightSyncError: rollout server(s) [0] served weight version(s) [0]")."""
     from verl_omni.trainer import components as components_module
     from verl_omni.trainer.main import EXIT_FAILED, run
 
