@@ -213,3 +213,22 @@ def test_config_reference_page_is_up_to_date():
     page = root / "docs" / "omni" / "config_reference.md"
     assert page.read_text() == module.render(), "stale: run `python .ci/gen_config_reference.py`"
     assert "| `worker_timeout_s` | float | `1800.0` |" in page.read_text()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "rank"),
+    [
+        pytest.param(["actor_rollout_ref.model.lora_rank=16"], 16, id="lora-actor-takes-the-actor-rank"),
+        pytest.param(["actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.rollout.lora.rank=64"], 64,
+                     id="set-by-hand-is-kept"),
+        pytest.param([], 0, id="full-fine-tuning-serves-no-adapter"),
+    ],
+)  # fmt: skip
+def test_served_rollout_config_holds_adapters_of_the_actor_rank(overrides, rank):
+    """On the GPU, `rollout.name=vllm_omni` with a LoRA actor refused the first sync ("rollout.lora.rank is 0"):
+    the servers' LoRA slots follow the actor's rank unless set."""
+    from verl_omni.trainer.components import served_rollout_config
+
+    config = load_config(["actor_rollout_ref.model.path=/m", *overrides])
+    served = served_rollout_config(config.actor_rollout_ref, "cpu")
+    assert served.lora.rank == rank and served.model.path == "/m" and served.device == "cpu"

@@ -24,7 +24,15 @@ from verl_omni.trainer.protocols import ActorRanks, MetricsTracker, PromptSource
 from verl_omni.trainer.tracking import Tracking, check_loggers
 from verl_omni.trainer.workers import ActorGroup, ActorWorker
 
-__all__ = ["TINY_SCHEME", "Prepared", "TrainerComponents", "build_components", "preflight", "resolve_model_path"]
+__all__ = [
+    "TINY_SCHEME",
+    "Prepared",
+    "TrainerComponents",
+    "build_components",
+    "preflight",
+    "resolve_model_path",
+    "served_rollout_config",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +45,19 @@ def _cache_root() -> pathlib.Path:
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "verl_omni"
     )
     return pathlib.Path(base)
+
+
+def served_rollout_config(arr: Any, device: str) -> Any:
+    """The rollout servers' config: `actor_rollout_ref.rollout` serving `actor_rollout_ref.model.path` on `device`.
+
+    With a LoRA actor (`actor_rollout_ref.model.lora_rank > 0`) and `rollout.lora.rank: 0` (the default), the servers
+    hold adapters up to the actor's rank: the vLLM family sizes its LoRA slots from `rollout.lora.rank` and refuses
+    adapters with none (the diffusers backend takes any rank). A `rollout.lora.rank` set by hand is kept.
+    """
+    config = arr.rollout.with_model(arr.model.path).evolve(device=device)
+    if arr.model.lora_rank > 0 and config.lora.rank == 0:
+        config = dataclasses.replace(config, lora=dataclasses.replace(config.lora, rank=arr.model.lora_rank))
+    return config
 
 
 def resolve_model_path(path: str) -> pathlib.Path:
@@ -175,7 +196,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         master = actor.nodes[0]
         info = actor.call("init_engine", master["ip"], master["port"], **start)
         logger.info("actor ranks: %d on %s; %s", len(handles), device, info[0])
-        server_config = arr.rollout.with_model(arr.model.path).evolve(device=device)
+        server_config = served_rollout_config(arr, device)
         rollout = ColocatedRollout(server_config, slots, use_gpu=use_gpu, threads=trainer.cpu_threads_per_worker)
         reward = build_reward_manager(config.reward)
         tracker = Tracking(
