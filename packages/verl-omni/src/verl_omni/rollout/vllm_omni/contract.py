@@ -40,6 +40,9 @@ class Release:
         torch (`str`): the torch pin of that vllm (documentation).
         diffusers (`str`): vllm-omni's diffusers requirement, as in its wheel METADATA (checked).
         python (`str`): vllm-omni's Requires-Python (checked).
+        ran (`str`, *optional*, defaults to `"static"`): how far this project has run the release: `"static"` (the
+            contract only), `"CPU"` (also its real code on the CPU, `nox -s vllm_omni_runtime-<v>`), `"GPU"` (also the
+            server contract suite and the in-memory LoRA on a GPU, `gpu_suite.sh vllm`).
     """
 
     omni: str
@@ -47,6 +50,7 @@ class Release:
     torch: str
     diffusers: str
     python: str
+    ran: str = "static"
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,9 @@ RELEASES: tuple[Release, ...] = (
     Release("0.20.0", vllm="0.20.2", torch="2.11.0", diffusers=">=0.36.0", python=">=3.10,<3.14"),
     Release("0.22.0", vllm="0.22.1", torch="2.11.0", diffusers="==0.38.0", python=">=3.10,<3.14"),
     Release("0.24.0", vllm="0.24.0", torch="2.11.0", diffusers="==0.38.0", python=">=3.10,<3.14"),
-    Release("0.26.0", vllm="0.26.0", torch="2.11.0", diffusers="==0.38.0", python=">=3.10,<3.14"),
+    Release("0.26.0", vllm="0.26.0", torch="2.11.0", diffusers="==0.38.0", python=">=3.10,<3.14", ran="GPU"),
     Release("0.28.0", vllm="0.28.0", torch="2.13.0", diffusers="==0.40.0", python=">=3.10,<3.14"),
-    Release("0.30.0", vllm="0.30.0", torch="2.13.0", diffusers="==0.40.0", python=">=3.10,<3.14"),
+    Release("0.30.0", vllm="0.30.0", torch="2.13.0", diffusers="==0.40.0", python=">=3.10,<3.14", ran="CPU"),
 )
 
 _AO = "vllm_omni.entrypoints.async_omni"

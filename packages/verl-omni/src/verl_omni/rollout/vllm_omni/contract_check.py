@@ -358,15 +358,16 @@ def check_release(release: Any, omni: Any, vllm: Any | None, expectations: tuple
 def support_table(contract: Any) -> str:
     """The docs' Markdown table of checked releases and the version branches (generated from the contract)."""
     features = sorted({e.feature for e in contract.EXPECTATIONS if e.feature})
-    head = "| vllm-omni | vllm | torch | diffusers | Python | " + " | ".join(f"`{f}`" for f in features) + " |"
-    rule = "|" + "---|" * (5 + len(features))
+    head = "| vllm-omni | vllm | torch | diffusers | Python | ran | " + " | ".join(f"`{f}`" for f in features) + " |"
+    rule = "|" + "---|" * (6 + len(features))
     rows = [head, rule]
     for r in contract.RELEASES:
         flags = []
         for f in features:
             row = next(e for e in contract.EXPECTATIONS if e.feature == f)
             flags.append("yes" if applies(row, r.omni) else "no")
-        rows.append(f"| {r.omni} | {r.vllm} | {r.torch} | {r.diffusers} | {r.python} | " + " | ".join(flags) + " |")
+        cells = f"| {r.omni} | {r.vllm} | {r.torch} | {r.diffusers} | {r.python} | {getattr(r, 'ran', 'static')} | "
+        rows.append(cells + " | ".join(flags) + " |")
     return "\n".join(rows)
 
 
