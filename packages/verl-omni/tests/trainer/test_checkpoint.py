@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from verl_omni.trainer.checkpoint import LATEST_FILE, CheckpointManager
+from verl_omni.trainer.checkpoint import (
+    LATEST_FILE,
+    RUN_KEYS,
+    CheckpointConflictError,
+    CheckpointManager,
+    run_signature,
+)
 
 
 def _save_actor(path: str) -> None:
@@ -73,3 +79,74 @@ def test_max_to_keep_prunes_the_oldest(tmp_path):
     for step in (1, 2, 3):
         manager.save(step, _save_actor, {"step": step})
     assert manager.steps() == [2, 3]
+
+
+# ---- one folder, one line of training (`check_resume`) ------------------------------------------------------------
+
+RUN = {"actor_rollout_ref.model.path": "/models/a", "actor_rollout_ref.model.lora_rank": 8, "data.seed": 0}
+
+
+def _saved(manager: CheckpointManager, *steps: int, run: dict | None = None) -> None:
+    for step in steps:
+        manager.save(step, _save_actor, {"step": step, "run": dict(run or RUN)})
+
+
+def test_check_resume_takes_a_checkpoint_of_the_same_settings(tmp_path):
+    manager = CheckpointManager(tmp_path / "ckpt")
+    manager.check_resume(None, RUN, 10)  # fresh into an empty folder
+    _saved(manager, 2, 4)
+    manager.check_resume(manager.resolve_resume("auto", None), RUN, 10)
+    manager.check_resume(manager.resolve_resume("auto", None), RUN, 4)  # complete already: nothing left to train
+    _saved(CheckpointManager(tmp_path / "old"), 2, run={k: v for k, v in RUN.items() if k != "data.seed"})
+    CheckpointManager(tmp_path / "new").check_resume(tmp_path / "old" / "global_step_2", RUN, 10)  # no such record
+
+
+def test_check_resume_refuses_a_fresh_run_beside_checkpoints(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    _saved(manager, 2, 4, 6)
+    match = (
+        r"holds the checkpoints of an earlier run \(3 checkpoints, global_step_2 to global_step_6\).*"
+        r"trainer\.resume_mode=auto.*trainer\.default_local_dir="
+    )
+    with pytest.raises(CheckpointConflictError, match=match):
+        manager.check_resume(manager.resolve_resume("disable", None), RUN, 10)
+
+
+def test_check_resume_refuses_a_checkpoint_of_other_settings_naming_each_key(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    _saved(manager, 2)
+    other = {**RUN, "actor_rollout_ref.model.lora_rank": 16, "data.seed": 3}
+    match = (
+        r"global_step_2 is of a run with other settings "
+        r"\(actor_rollout_ref\.model\.lora_rank: 8 there, 16 now; data\.seed: 0 there, 3 now\)"
+    )
+    with pytest.raises(CheckpointConflictError, match=match):
+        manager.check_resume(manager.resolve_resume("auto", None), other, 10)
+
+
+def test_check_resume_refuses_a_checkpoint_past_the_last_step(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    _saved(manager, 24)
+    with pytest.raises(CheckpointConflictError, match=r"at step 24, past trainer\.total_training_steps=2: raise"):
+        manager.check_resume(manager.resolve_resume("auto", None), RUN, 2)
+
+
+def test_check_resume_refuses_to_write_beside_newer_or_foreign_checkpoints(tmp_path):
+    manager = CheckpointManager(tmp_path / "ckpt")
+    _saved(manager, 2, 4, 6)
+    with pytest.raises(CheckpointConflictError, match=r"newer than step 2, the one resumed from \(2 checkpoints, "
+                       r"global_step_4 to global_step_6\)"):  # fmt: skip
+        manager.check_resume(manager.resolve_resume("resume_path", str(tmp_path / "ckpt" / "global_step_2")), RUN, 9)
+    other = CheckpointManager(tmp_path / "other")
+    _saved(other, 1)
+    with pytest.raises(CheckpointConflictError, match=r"of another run than .*other/global_step_1 \(3 checkpoints"):
+        manager.check_resume(other.resolve_resume("resume_path", str(tmp_path / "other" / "global_step_1")), RUN, 9)
+
+
+def test_run_signature_records_every_run_key_of_a_config():
+    from verl_omni.trainer.config import load_config
+
+    signature = run_signature(load_config(config_name="quickstart"))
+    assert list(signature) == list(RUN_KEYS)
+    assert signature["actor_rollout_ref.model.lora_rank"] == 8
+    assert signature["data.train_files"] in ("builtin://quickstart", ["builtin://quickstart"])

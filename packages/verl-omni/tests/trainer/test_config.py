@@ -134,10 +134,43 @@ def test_a_user_config_can_extend_diffusion_trainer(tmp_path):
     assert (config.trainer.total_training_steps, config.trainer.n_gpus_per_node) == (7, 2)
 
 
-def test_no_arguments_means_the_quickstart_config():
+def test_the_config_depends_on_the_command_and_config_name_never_on_overrides(capsys):
+    from verl_omni.trainer import main_diffusion
+
     assert parse_args([]).config_name == "quickstart"
-    assert parse_args(["trainer.total_epochs=1"]).config_name == "diffusion_trainer"
-    assert parse_args(["--config-name", "quickstart", "trainer.total_epochs=1"]).config_name == "quickstart"
+    assert parse_args(["trainer.total_epochs=1"]).config_name == "quickstart"
+    assert parse_args(["-cn", "diffusion_trainer", "trainer.total_epochs=1"]).config_name == "diffusion_trainer"
+    # `verl-omni-train trainer.total_training_steps=2` is the quickstart with two steps
+    assert run(["--cfg", "trainer.total_training_steps=2"]) == 0
+    out = capsys.readouterr().out
+    assert "experiment_name: quickstart" in out and "path: tiny://qwen_image" in out
+    # upstream's module (migrated scripts, the compat shim) keeps the full recipe, with or without overrides
+    assert main_diffusion.run(["--cfg"]) == 0 and "experiment_name: flow_grpo" in capsys.readouterr().out
+    assert main_diffusion.run(["--cfg", "trainer.total_training_steps=2"]) == 0
+    assert "experiment_name: flow_grpo" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("entry", "argv", "used", "other"),
+    [
+        ("main", ["actor_rollout_ref.model.path=/nonexistent/model"], "quickstart",
+         "`verl-omni-train --config-name diffusion_trainer actor_rollout_ref.model.path=<folder>` selects the full"),
+        ("main", ["-cn", "diffusion_trainer", "trainer.total_training_steps=2"], "diffusion_trainer",
+         "`verl-omni-train --config-name quickstart` selects the built-in quickstart"),
+        ("main_diffusion", ["trainer.total_training_steps=2"], "diffusion_trainer",
+         "`python -m verl_omni.trainer.main_diffusion --config-name quickstart` selects the built-in quickstart"),
+    ],
+)  # fmt: skip
+def test_a_missing_model_names_the_config_in_use_and_the_command_for_the_other(
+    entry, argv, used, other, no_ray, capsys, monkeypatch, tmp_path
+):
+    import importlib
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # the full recipe's ~/models/Qwen/Qwen-Image is surely missing
+    assert importlib.import_module(f"verl_omni.trainer.{entry}").run(argv) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "actor_rollout_ref.model.path: " in err and "does not exist" in err
+    assert f"This command uses the config `{used}`; {other}" in err, err
 
 
 @pytest.fixture

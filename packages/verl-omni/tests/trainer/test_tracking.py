@@ -8,7 +8,15 @@ import math
 import pytest
 import torch
 
-from verl_omni.trainer.report import learning_margin, read_metrics, write_reward_curve, write_sample_grid
+from verl_omni.trainer.report import (
+    begin_val_images,
+    learning_margin,
+    load_val_images,
+    read_metrics,
+    save_val_images,
+    write_reward_curve,
+    write_sample_grid,
+)
 from verl_omni.trainer.tracking import Tracking, check_loggers
 
 
@@ -84,9 +92,11 @@ def test_reward_curve_and_sample_grid_pngs(tmp_path):
     assert Image.open(curve).size == (720, 420)
     first = torch.zeros(3, 3, 4, 4, dtype=torch.uint8)
     last = torch.full((3, 3, 4, 4), 255, dtype=torch.uint8)
-    grid = Image.open(write_sample_grid({0: first, 5: last}, tmp_path / "grid.png", scale=1))
-    assert grid.size == (12, 8)
-    assert grid.getpixel((0, 0)) == (0, 0, 0) and grid.getpixel((0, 4)) == (255, 255, 255)
+    grid = Image.open(write_sample_grid({5: last, 0: first, 3: last}, tmp_path / "grid.png", scale=1))
+    label = grid.width - 12  # the strip left of the images that names each row's global step
+    assert grid.size == (label + 12, 8) and label > 0
+    assert grid.getpixel((label, 0)) == (0, 0, 0) and grid.getpixel((label, 4)) == (255, 255, 255)
+    assert any(grid.getpixel((x, y)) != (255, 255, 255) for x in range(label) for y in range(8))  # text drawn
     assert write_sample_grid({}, tmp_path / "none.png") is None
 
 
@@ -119,3 +129,14 @@ def test_begin_keeps_the_rows_up_to_the_resumed_step_and_a_fresh_run_starts_empt
     fresh.log({"critic/rewards/mean": 7.0}, 1)
     fresh.close()
     assert read_metrics(path) == [{"step": 1, "critic/rewards/mean": 7.0}]
+
+
+def test_validation_images_outlive_a_resume_and_go_with_a_fresh_run(tmp_path):
+    images = {step: torch.full((2, 3, 4, 4), step, dtype=torch.uint8) for step in (0, 4, 8)}
+    for step, value in images.items():
+        save_val_images(tmp_path, step, value)
+    begin_val_images(tmp_path, 4)  # a resume from step 4: the images of step 8 belong to a run that went on
+    kept = load_val_images(tmp_path)
+    assert sorted(kept) == [0, 4] and all(torch.equal(kept[s], images[s]) for s in kept)
+    begin_val_images(tmp_path, 0)  # a fresh run keeps nothing of an earlier one
+    assert load_val_images(tmp_path) == {}

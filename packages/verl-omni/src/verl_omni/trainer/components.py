@@ -17,7 +17,7 @@ from typing import Any
 
 from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.data import PromptDataset, PromptSampler
-from verl_omni.trainer.checkpoint import CheckpointManager
+from verl_omni.trainer.checkpoint import CheckpointManager, run_signature
 from verl_omni.trainer.config import DiffusionTrainerConfig
 from verl_omni.trainer.placement import ResourcePool, init_ray
 from verl_omni.trainer.protocols import ActorRanks, MetricsTracker, PromptSource, RewardScorer, RolloutService
@@ -26,6 +26,7 @@ from verl_omni.trainer.workers import ActorGroup, ActorWorker
 
 __all__ = [
     "TINY_SCHEME",
+    "ModelPathError",
     "Prepared",
     "TrainerComponents",
     "build_components",
@@ -60,11 +61,15 @@ def served_rollout_config(arr: Any, device: str) -> Any:
     return config
 
 
+class ModelPathError(FileNotFoundError):
+    """`actor_rollout_ref.model.path` names no diffusers pipeline folder (`verl-omni-train` adds the config in use)."""
+
+
 def resolve_model_path(path: str) -> pathlib.Path:
     """The pipeline folder of `actor_rollout_ref.model.path`; a `tiny://model[/preset]` path is built once, cached.
 
     Raises:
-        FileNotFoundError: the folder does not exist or has no `model_index.json` (names the key and the path).
+        ModelPathError: the folder does not exist or has no `model_index.json` (names the key and the path).
         ValueError: an unknown tiny model or preset.
     """
     if path.startswith(TINY_SCHEME):
@@ -87,10 +92,7 @@ def resolve_model_path(path: str) -> pathlib.Path:
     folder = pathlib.Path(path).expanduser()
     if not (folder / "model_index.json").is_file():
         what = "does not exist" if not folder.exists() else "has no model_index.json (not a diffusers pipeline folder)"
-        raise FileNotFoundError(
-            f"actor_rollout_ref.model.path: {folder} {what}; point it at a diffusers pipeline folder, or run "
-            "`verl-omni-train` with no arguments for the built-in quickstart"
-        )
+        raise ModelPathError(f"actor_rollout_ref.model.path: {folder} {what}; point it at a diffusers pipeline folder")
     return folder
 
 
@@ -110,18 +112,26 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
         FileNotFoundError: a missing model folder or prompt file (names the key and the path).
         ImportError: a tracker's package is missing (names the extra).
         ValueError: an empty training set.
+        CheckpointConflictError: `trainer.default_local_dir` holds checkpoints this run must not resume from or write
+            beside (`CheckpointManager.check_resume`).
     """
     from verl_omni.reward import build_scorer
 
     check_loggers(config.trainer.logger)
     train_set = PromptDataset.from_config(config.data, "train")
-    PromptSampler(train_set, config.data.train_batch_size)  # checks the batch fits the set (names the key)
+    sampler = PromptSampler(train_set, config.data.train_batch_size)  # checks the batch fits the set (names the key)
     val_set = PromptDataset.from_config(config.data, "val") if config.data.val_files else []
     # the reward function(s) load here, in the driver, so a bad path or signature fails before any worker starts
     build_scorer(config.reward).check_data_sources({r.data_source for r in [*train_set, *val_set]})
     folder = resolve_model_path(config.actor_rollout_ref.model.path)
     arr = config.actor_rollout_ref
     config = config.evolve(actor_rollout_ref=arr.evolve(model=arr.model.evolve(path=str(folder))))
+    # the checkpoint folder: resume from a checkpoint of this run's settings, never write beside another run's
+    trainer = config.trainer
+    manager = CheckpointManager(trainer.default_local_dir)
+    total_steps = trainer.total_training_steps or trainer.total_epochs * sampler.steps_per_epoch
+    manager.check_resume(manager.resolve_resume(trainer.resume_mode, trainer.resume_from_path), run_signature(config),
+                         total_steps)  # fmt: skip
     return Prepared(config, train_set, val_set)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import pathlib
 import time
 from collections.abc import Iterator
 
@@ -24,8 +25,10 @@ from verl_omni.config.actor import torch_dtype_name
 from verl_omni.data import iter_batches
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.rollout import pin_sde_window
+from verl_omni.trainer.checkpoint import run_signature
 from verl_omni.trainer.components import TrainerComponents
 from verl_omni.trainer.config import DiffusionTrainerConfig
+from verl_omni.trainer.report import begin_val_images, save_val_images
 
 __all__ = ["FlowGRPOTrainer", "WeightSyncError"]
 
@@ -93,6 +96,7 @@ class FlowGRPOTrainer:
         self.history: list[dict[str, float]] = []
         self.val_images: dict[int, torch.Tensor] = {}
         self.c: TrainerComponents | None = None
+        self._progress = None
 
     # ---- setup --------------------------------------------------------------------------------------------
 
@@ -101,6 +105,8 @@ class FlowGRPOTrainer:
 
         Raises:
             FileNotFoundError: `resume_mode: resume_path` names no complete checkpoint.
+            CheckpointConflictError: `trainer.default_local_dir` holds checkpoints of another run, or newer ones than
+                the one resumed from, or this run starts fresh beside some (`CheckpointManager.check_resume`).
         """
         self.c = components
         trainer = self.config.trainer
@@ -108,6 +114,7 @@ class FlowGRPOTrainer:
         if needs_val and not components.val_records:
             logger.warning("no validation prompts (data.val_files): validation is skipped")
         path = components.checkpoints.resolve_resume(trainer.resume_mode, trainer.resume_from_path)
+        components.checkpoints.check_resume(path, run_signature(self.config), components.total_steps)
         if path is not None:
             state = components.checkpoints.load_trainer_state(path)
             components.actor.call("load_checkpoint", str(path / "actor"))
@@ -117,6 +124,7 @@ class FlowGRPOTrainer:
             # the servers start from the base weights: give them the resumed policy before the first rollout
             self._sync_weights(self.step)
         components.tracker.begin(self.step)  # metrics.jsonl holds this run's history only
+        begin_val_images(pathlib.Path(trainer.run_dir), self.step)  # and val_images/ likewise
 
     # ---- the loop -----------------------------------------------------------------------------------------
 
@@ -132,6 +140,7 @@ class FlowGRPOTrainer:
         if trainer.val_only:
             return self.history
         progress = tqdm(total=c.total_steps, initial=self.step, desc="FlowGRPO", unit="step", dynamic_ncols=True)
+        self._progress = progress  # closed by `cleanup` when the loop is cut short (Ctrl-C)
         while self.step < c.total_steps:
             step = self.step + 1
             timing: dict[str, float] = {}
@@ -329,6 +338,7 @@ class FlowGRPOTrainer:
         grid = torch.cat(images)
         scores = torch.cat(rewards).double()
         self.val_images[step] = grid
+        save_val_images(pathlib.Path(self.config.trainer.run_dir), step, grid)  # the grid of a resumed run needs it
         n_log = self.config.trainer.log_val_generations
         if n_log:
             c.tracker.log_images("val/generations", grid[:n_log], step)
@@ -340,7 +350,12 @@ class FlowGRPOTrainer:
     def save_checkpoint(self) -> None:
         """Save the actor engine and the driver state as `global_step_{step}` (atomically)."""
         c = self._components()
-        state = {"step": self.step, "sampler": c.prompts.state_dict(), "weight_version": self.weight_version}
+        state = {
+            "step": self.step,
+            "sampler": c.prompts.state_dict(),
+            "weight_version": self.weight_version,
+            "run": run_signature(self.config),  # a resume must match these settings (`CheckpointManager.check_resume`)
+        }
         c.checkpoints.save(self.step, lambda path: c.actor.call("save_checkpoint", path), state)
 
     def _peak_memory(self, stage: str) -> dict[str, float]:
@@ -391,6 +406,9 @@ class FlowGRPOTrainer:
 
     def cleanup(self) -> None:
         """Close the trackers and the reward scorer, stop every worker (safe to call twice)."""
+        if self._progress is not None:
+            self._progress.close()  # ends the bar's line: what follows starts on its own
+            self._progress = None
         c, self.c = self.c, None
         if c is None:
             return

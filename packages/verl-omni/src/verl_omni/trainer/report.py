@@ -1,4 +1,8 @@
-"""End-of-run artifacts: `reward_curve.png`, the first/last validation sample grid, and the learning margin."""
+"""End-of-run artifacts: `reward_curve.png`, the first/last validation sample grid, and the learning margin.
+
+Each validation's images are also kept in `run_dir/val_images/step_N.pt` (uint8 `(B, 3, H, W)`), so the grid of a
+resumed run still shows the run's first validation, each row labelled with its global step.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,18 @@ import torch
 
 from verl_omni.trainer.tracking import image_grid
 
-__all__ = ["learning_margin", "read_metrics", "write_reward_curve", "write_sample_grid"]
+__all__ = [
+    "begin_val_images",
+    "learning_margin",
+    "load_val_images",
+    "read_metrics",
+    "save_val_images",
+    "write_reward_curve",
+    "write_sample_grid",
+]
+
+_VAL_DIR = "val_images"
+_LABEL_W = 64  # px left of each grid row for its "step N" label
 
 
 def read_metrics(path: pathlib.Path) -> list[dict[str, Any]]:
@@ -104,13 +119,56 @@ def write_reward_curve(rows: list[dict[str, Any]], path: pathlib.Path, title: st
     return path
 
 
+def _val_files(run_dir: pathlib.Path) -> dict[int, pathlib.Path]:
+    folder = pathlib.Path(run_dir) / _VAL_DIR
+    found = {}
+    for path in folder.glob("step_*.pt") if folder.is_dir() else ():
+        suffix = path.stem[len("step_") :]
+        if suffix.isdigit():
+            found[int(suffix)] = path
+    return found
+
+
+def save_val_images(run_dir: pathlib.Path, step: int, images: torch.Tensor) -> None:
+    """Keep the validation images of global step `step` in `run_dir/val_images/step_{step}.pt`."""
+    folder = pathlib.Path(run_dir) / _VAL_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".step_{step}.pt.tmp"
+    torch.save(images.cpu(), tmp)
+    tmp.replace(folder / f"step_{step}.pt")
+
+
+def begin_val_images(run_dir: pathlib.Path, step: int) -> None:
+    """A run starting at `step` drops the kept images of later steps (all of them when it starts fresh, at 0)."""
+    for s, path in _val_files(run_dir).items():
+        if s > step or step == 0:
+            path.unlink(missing_ok=True)
+
+
+def load_val_images(run_dir: pathlib.Path) -> dict[int, torch.Tensor]:
+    """Global step -> the validation images kept under `run_dir` (`save_val_images`)."""
+    return {s: torch.load(path, weights_only=True) for s, path in sorted(_val_files(run_dir).items())}
+
+
 def write_sample_grid(val_images: dict[int, torch.Tensor], path: pathlib.Path, scale: int = 2) -> pathlib.Path | None:
-    """Top row: the first validation's images; bottom row: the last validation's (same prompts and noise)."""
+    """Top row: the first validation's images; bottom row: the last one's (same prompts and noise).
+
+    Each row is labelled with its global step (`step N`) in a strip on the left.
+    """
+    from PIL import Image, ImageDraw
+
     if not val_images:
         return None
     first, last = min(val_images), max(val_images)
-    rows = [val_images[first]] if first == last else [val_images[first], val_images[last]]
+    steps = [first] if first == last else [first, last]
+    rows = [val_images[s] for s in steps]
     count = min(r.shape[0] for r in rows)
-    grid = image_grid(torch.cat([r[:count] for r in rows]), cols=count, scale=scale)
+    images = image_grid(torch.cat([r[:count] for r in rows]), cols=count, scale=scale)
+    grid = Image.new("RGB", (images.width + _LABEL_W, images.height), "white")
+    grid.paste(images, (_LABEL_W, 0))
+    draw = ImageDraw.Draw(grid)
+    row_h = images.height // len(steps)
+    for i, step in enumerate(steps):
+        draw.text((4, i * row_h + max(row_h // 2 - 6, 0)), f"step {step}", fill="black")
     grid.save(path)
     return path

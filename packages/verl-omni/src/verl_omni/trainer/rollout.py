@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import uuid
@@ -197,6 +198,11 @@ class ColocatedRollout:
         except Exception as e:  # a dead server cannot shut down; the replica kills its actor anyway
             logger.warning("rollout shutdown: %s", e)
         finally:
+            # a call cut short (Ctrl-C during the launch or a request) leaves its task on the loop: cancel and await
+            # it, so no task is destroyed while pending when the loop closes
+            cancel = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
+            with contextlib.suppress(Exception):
+                cancel.result(_GRACE_S)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
             if not self._loop.is_running():
@@ -235,6 +241,9 @@ class ColocatedRollout:
             bound = f" (bound by actor_rollout_ref.rollout.{_TIMEOUT_KEYS.get(what, 'lifecycle_timeout_s')})"
             hint = bound if _timed_out(e) else ""
             raise RolloutServiceError(f"{where} failed during {what}: {type(e).__name__}: {e}{hint}") from e
+        except BaseException:  # Ctrl-C: the coroutine must not run on once its caller has gone
+            future.cancel()
+            raise
         if what != "shutdown":
             self._raise_dead(what)
         return result
@@ -246,6 +255,14 @@ class ColocatedRollout:
             return
         rank, reason = min(router.dead.items())
         raise RolloutServiceError(f"rollout server rank {rank} died during {what}: {reason}") from cause
+
+
+async def _cancel_other_tasks() -> None:
+    """Cancel every task of the running loop but this one and wait until they have finished."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def prompts_per_request(config: DiffusionRolloutConfig) -> int:
