@@ -85,3 +85,21 @@ def test_shutdown_aborts_in_flight_generates(tiny_llm_path):
 
     response = run(scenario())
     assert response.finish_reason == "abort" and server.state is ServerState.STOPPED
+
+
+def test_shutdown_logs_why_the_engine_failed_to_stop(tiny_llm_path, caplog):
+    import logging
+
+    class Stuck(HFHttpServer):
+        async def _engine_shutdown(self):
+            raise RuntimeError("engine refused to stop")
+
+    server = Stuck(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu"))
+    run(server.launch())
+    with caplog.at_level(logging.WARNING, logger="verl_core.rollout.server"):
+        run(server.shutdown())
+    assert server.state is ServerState.STOPPED
+    assert (
+        "engine shutdown failed: EngineError: engine failed during shutdown: RuntimeError: engine refused to stop"
+        in (caplog.text)
+    )

@@ -58,12 +58,14 @@ def _problems(cfg: Any, reference: Any) -> list[tuple[str, str]]:
     mine, theirs = _flatten(cfg), _flatten(reference)
     try:
         OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    except Exception:  # some interpolation fails: find which, key by key
+    except Exception as whole:  # some interpolation fails: find which, key by key
         for key in mine:
             try:
                 OmegaConf.select(cfg, key, throw_on_resolution_failure=True, throw_on_missing=False)
             except Exception as e:  # omegaconf raises several error types; each is reported by key
                 found.append((key, f"does not resolve: {_first_line(e)}"))
+        if not found:  # no single key fails alone: report the error of the whole config
+            found.append(("<config>", f"does not resolve: {_first_line(whole)}"))
     for key in theirs:
         if key not in mine and not any(key.startswith(m + ".") or m.startswith(key + ".") for m in mine):
             found.append((key, "missing: verl-omni's config defines it, so its trainer may read it"))

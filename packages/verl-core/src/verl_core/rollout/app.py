@@ -8,7 +8,7 @@ for it (`verl_core.rollout.handoff`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, TypeVar
 
@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from tensordict import TensorDictBase
 
+from verl_core.best_effort import best_effort
 from verl_core.rollout.errors import RolloutError, WeightSyncError
 from verl_core.rollout.framing import MAX_HEADER_BYTES
 from verl_core.rollout.handoff import HANDOFF_CONTENT_TYPE, HANDOFF_HEADER
@@ -42,6 +43,7 @@ __all__ = ["build_app"]
 
 
 M = TypeVar("M", bound=BaseModel)
+logger = logging.getLogger(__name__)
 
 
 def build_app(server: RolloutHttpServer) -> FastAPI:
@@ -113,7 +115,7 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
                 raise WeightSyncError(message, field="stream") from None
             out = await server._apply_update(update, reader.buckets(update))
         except RolloutError:
-            with contextlib.suppress(Exception):  # drain the upload so the client reads our 4xx, not a reset
+            with best_effort(logger, "draining the refused upload"):  # so the client reads our 4xx, not a reset
                 await asyncio.wait_for(_drain(chunks), wait)
             raise
         return Response(out.model_dump_json(), media_type="application/json")

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import ValidationError
 
+from verl_core.best_effort import best_effort
 from verl_core.config.rollout import RolloutConfig
 from verl_core.rollout.engine_hooks import EngineHooks
 from verl_core.rollout.engine_thread import EngineThread
@@ -313,7 +314,7 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
                 "generate", "request_timeout_s", self._engine_generate(request_id, request, params), timeout
             )
         except EngineTimeoutError:
-            with contextlib.suppress(Exception):  # best effort: stop the engine working on it
+            with best_effort(logger, f"aborting timed-out request {request_id}"):  # stop the engine working on it
                 await asyncio.wait_for(self._engine_abort([request_id]), 1.0)
             raise
         finally:
@@ -380,7 +381,7 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
 
     async def _shutdown_impl(self) -> None:
         if self._inflight:  # let in-flight generates finish as "abort", then cancel what is left
-            with contextlib.suppress(Exception):
+            with best_effort(logger, "aborting in-flight requests at shutdown"):
                 await asyncio.wait_for(self._engine_abort(list(self._inflight)), 2.0)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), 5.0)
@@ -389,10 +390,10 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
         if self._http is not None:
             self._http.should_exit = True
         if self._serve_task is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
+            with best_effort(logger, "stopping the HTTP server", Exception, asyncio.CancelledError):
                 await asyncio.wait_for(self._serve_task, 10)
         if self._state not in (ServerState.CREATED, ServerState.STOPPED):
-            with contextlib.suppress(Exception):
+            with best_effort(logger, f"rollout server {self.rank}: engine shutdown", level=logging.WARNING):
                 await self._timed("shutdown", "lifecycle_timeout_s", self._engine_shutdown())
         self.handoff_files.close()
         self.weight_segments.close()

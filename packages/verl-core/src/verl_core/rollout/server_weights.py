@@ -13,13 +13,14 @@ loop, timeout and lock helpers it uses, and `readiness` refuses generates after 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 
+from verl_core.best_effort import best_effort
 from verl_core.rollout.cuda_ipc_weights import CudaIpcMappings
 from verl_core.rollout.engine_hooks import EngineHooks
 from verl_core.rollout.errors import WeightSyncError
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["WeightSyncMixin"]
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 class WeightSyncMixin(EngineHooks):
@@ -220,7 +222,7 @@ class WeightSyncMixin(EngineHooks):
                 if not done:
                     if update.kind == "full" and loaded["buckets"]:
                         self._weights_consistent = False
-                    with contextlib.suppress(Exception):
+                    with best_effort(logger, f"aborting the unfinished weight update {update.version}"):
                         await asyncio.wait_for(self._engine_abort_weights(update), self.config.lifecycle_timeout_s)
 
         async with self._exclusive_op("update_weights"):

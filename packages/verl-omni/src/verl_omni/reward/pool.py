@@ -9,18 +9,21 @@ imported only when a `RayRewardPool` is built.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
+import logging
 import os
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from verl_core.best_effort import best_effort
 from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput, _add_note
 from verl_omni.reward.config import RewardConfig
 
 __all__ = ["RayRewardPool", "RewardPool", "RewardWorker", "RewardWorkerError", "ThreadRewardPool"]
+
+logger = logging.getLogger(__name__)
 
 
 class RewardWorkerError(RuntimeError):
@@ -128,7 +131,8 @@ def _picklable(exc: BaseException | None) -> BaseException | None:
     try:
         pickle.loads(pickle.dumps(exc))
         return exc
-    except Exception:
+    except Exception as e:  # any __reduce__ or __init__ may raise: send its type and message instead
+        logger.debug("%s does not pickle (%s: %s); sending its text", type(exc).__name__, type(e).__name__, e)
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
@@ -251,5 +255,5 @@ class RayRewardPool:
         import ray
 
         for actor in self.actors:
-            with contextlib.suppress(Exception):  # already dead, or Ray shut down
+            with best_effort(logger, "killing a reward actor"):  # already dead, or Ray shut down
                 ray.kill(actor)

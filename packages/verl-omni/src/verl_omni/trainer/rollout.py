@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import threading
 import uuid
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 
 from tensordict import TensorDict
 
+from verl_core.best_effort import best_effort
 from verl_omni.config import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.trainer.placement import COLOCATED_SHARE, Slot
@@ -201,7 +201,7 @@ class ColocatedRollout:
             # a call cut short (Ctrl-C during the launch or a request) leaves its task on the loop: cancel and await
             # it, so no task is destroyed while pending when the loop closes
             cancel = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
-            with contextlib.suppress(Exception):
+            with best_effort(logger, "cancelling the rollout loop's pending tasks"):
                 cancel.result(_GRACE_S)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)

@@ -8,7 +8,7 @@ weights. The driver splits each batch evenly over the ranks and bounds every cal
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import socket
 import time
@@ -18,11 +18,14 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from verl_core.best_effort import best_effort
 from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
 from verl_omni.trainer.weight_push import WeightPusher
 
 __all__ = ["ActorGroup", "ActorWorker", "WorkerError"]
+
+logger = logging.getLogger(__name__)
 
 _DROP_FOR_ACTOR = ("images",)
 
@@ -359,10 +362,10 @@ class ActorGroup:
         """Let every rank unlink its weight-sync segment (a kill runs no finalizer), then kill every rank."""
         import ray
 
-        with contextlib.suppress(Exception):  # a dead or hung rank must not stop the shutdown
+        with best_effort(logger, "closing the weight-sync segments"):  # a dead or hung rank must not stop the shutdown
             ray.get([h.close_weight_segment.remote() for h in self.handles], timeout=10)
         for handle in self.handles:
-            with contextlib.suppress(Exception):  # already dead
+            with best_effort(logger, "killing an actor rank"):  # already dead
                 ray.kill(handle)
         self.handles = []
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 from typing import Any
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "sampling_params",
     "tokens_prompt",
 ]
+
+logger = logging.getLogger(__name__)
 
 INSTALL_HINT = 'install the optional extra with `pip install "verl-core[vllm]"` (or `pip install vllm`)'
 # vLLM's allowed `max_lora_rank` values (`vllm.config.lora.MaxLoRARanks`), used when vLLM is absent.
@@ -36,15 +39,19 @@ def require_vllm(what: str = "vLLMHttpServer") -> Any:
 
 def lora_ranks() -> tuple[int, ...]:
     """The `max_lora_rank` values vLLM accepts (`vllm.config.lora.MaxLoRARanks` when importable)."""
+    from typing import get_args
+
     try:
-        from typing import get_args
-
         from vllm.config.lora import MaxLoRARanks  # type: ignore[import-not-found]
-
-        ranks = tuple(sorted(int(r) for r in get_args(MaxLoRARanks)))
-        return ranks or LORA_RANKS
-    except Exception:
+    except ImportError as e:  # vllm absent, or a release that names the ranks elsewhere: use the known list
+        logger.debug("vllm.config.lora.MaxLoRARanks is not importable (%s); using %s", e, LORA_RANKS)
         return LORA_RANKS
+    try:
+        ranks = tuple(sorted(int(r) for r in get_args(MaxLoRARanks)))
+    except (TypeError, ValueError) as e:  # a release whose MaxLoRARanks is no Literal of ints
+        logger.warning("vllm.config.lora.MaxLoRARanks is not a Literal of ints (%s); using %s", e, LORA_RANKS)
+        return LORA_RANKS
+    return ranks or LORA_RANKS
 
 
 def create_async_llm(engine_args: dict[str, Any]) -> Any:

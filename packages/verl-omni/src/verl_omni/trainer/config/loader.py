@@ -64,10 +64,11 @@ def _as_addition(override: str, base: Any, omegaconf: Any) -> str:
     """`key=value` for a key `base` lacks becomes `+key=value`; everything else is returned unchanged."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType
+    from hydra.errors import HydraException
 
     try:
         parsed = OverridesParser.create().parse_overrides([override])[0]
-    except Exception:  # Hydra reports unparsable overrides itself
+    except HydraException:  # OverrideParseException: Hydra's compose reports it with its own message
         return override
     key = parsed.key_or_group
     if parsed.type is not OverrideType.CHANGE or parsed.package is not None or key.startswith("hydra."):

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verl_core.config import ConfigKeyError, resolve_target
+from verl_core.config import ConfigError, ConfigKeyError, resolve_target
 
 __all__ = ["UNSUPPORTED", "Unsupported", "prune_unsupported"]
 
@@ -146,7 +146,7 @@ def prune_unsupported(tree: dict[str, Any], cls: type, path: str = "") -> list[s
     if isinstance(target, str):
         try:
             resolved = resolve_target(target, key=f"{path}._target_" if path else "_target_")
-        except Exception:  # the builder reports a bad _target_ with its own message
+        except ConfigError:  # a bad _target_: the builder reports it with its own message
             resolved = None
         if isinstance(resolved, type) and dataclasses.is_dataclass(resolved):
             cls = resolved
