@@ -150,3 +150,51 @@ def test_run_signature_records_every_run_key_of_a_config():
     assert list(signature) == list(RUN_KEYS)
     assert signature["actor_rollout_ref.model.lora_rank"] == 8
     assert signature["data.train_files"] in ("builtin://quickstart", ["builtin://quickstart"])
+
+
+# ---- `verl-omni-train` resumes or refuses before Ray starts --------------------------------------------------------
+
+
+@pytest.fixture
+def cli(tiny_qwen_image_path, tmp_path, monkeypatch):
+    """`(argv, signature)`: a quickstart run on the tiny model into tmp, and its `run_signature`; Ray must not start."""
+    import ray
+
+    from verl_omni.trainer.components import preflight
+    from verl_omni.trainer.config import load_config
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("ray.init was called: the checkpoint folder must be refused before any worker starts")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    argv = [
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "trainer.total_training_steps=2",
+    ]
+    return argv, run_signature(preflight(load_config(argv, config_name="quickstart")).config)
+
+
+@pytest.mark.parametrize(
+    ("saved", "extra", "match"),
+    [
+        # a longer earlier run of the same settings left step 24: a 2-step rerun must not train beside it
+        ({}, [], r"global_step_24 is at step 24, past trainer\.total_training_steps=2"),
+        ({"actor_rollout_ref.model.lora_rank": 4}, [],
+         r"global_step_24 is of a run with other settings \(actor_rollout_ref\.model\.lora_rank: 4 there, 8 now\)"),
+        ({}, ["trainer.resume_mode=disable"], r"holds the checkpoints of an earlier run \(global_step_24\)"),
+    ],
+    ids=["longer-earlier-run", "other-lora-rank", "fresh-run-beside"],
+)  # fmt: skip
+def test_cli_refuses_a_checkpoint_folder_it_must_not_mix_with_exit_2(cli, saved, extra, match, tmp_path, capsys):
+    import re
+
+    from verl_omni.trainer.main import EXIT_CONFIG, run
+
+    argv, signature = cli
+    CheckpointManager(tmp_path / "ckpt").save(24, _save_actor, {"step": 24, "run": {**signature, **saved}})
+    assert run([*argv, *extra]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "verl-omni-train: config error: " in err and re.search(match, err), err
+    assert CheckpointManager(tmp_path / "ckpt").steps() == [24]  # nothing removed, nothing written

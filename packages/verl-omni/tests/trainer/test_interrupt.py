@@ -3,8 +3,6 @@ step and during a checkpoint save. Each exits 130 with one line (last checkpoint
 the interruption caused, stops Ray, leaves no shared-memory segment, and its last checkpoint resumes.
 
 Mutations these tests were run against (each failed the test named):
-- `placement.init_ray` without the SIGINT block around `ray.init`: Ray's GCS / raylet die with the Ctrl-C before the
-  driver stops its workers (`test_ctrl_c_*`: noise after the SIGINT, or a segment left in /dev/shm).
 - `main.run` returning `EXIT_FAILED` on `KeyboardInterrupt`: every `test_ctrl_c_*` (exit code).
 """
 

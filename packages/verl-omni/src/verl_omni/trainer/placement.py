@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,15 +46,7 @@ def init_ray(config: DiffusionTrainerConfig, *, extra_cpus: int = 0) -> bool:
         kwargs["num_cpus"] = init.num_cpus if init.num_cpus is not None else max(os.cpu_count() or 1, needed)
         if init.num_gpus is not None:
             kwargs["num_gpus"] = init.num_gpus
-    # Ray's own processes (GCS, raylet, dashboard) join this process group, so Ctrl-C at a terminal reaches them too
-    # and kills them before the driver has stopped its workers (whose shared memory then stays in /dev/shm). Started
-    # with SIGINT blocked (a signal mask survives fork and exec) they never see it; the driver's own Ctrl-C during
-    # the start-up stays pending and is raised right after it, and the driver stops the workers, then Ray.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        ray.init(**kwargs)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    ray.init(**kwargs)
     return True
 
 
