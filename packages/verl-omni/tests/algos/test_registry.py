@@ -7,12 +7,14 @@ import torch
 
 from verl_core.config import ConfigValueError
 from verl_omni.algos import (
+    LossSpec,
     PolicyLossInput,
     PolicyLossOutput,
     flow_grpo_loss,
     flow_grpo_policy_loss,
     get_loss,
     kl_penalty_exact,
+    loss_spec,
     register_loss,
     registered_losses,
 )
@@ -24,6 +26,7 @@ from verl_omni.config import DiffusionActorConfig, DiffusionLossConfig
 def clean_registry(monkeypatch):
     """Registrations made by a test are dropped after it."""
     monkeypatch.setattr(registry_module, "_LOSSES", dict(registry_module._LOSSES))
+    monkeypatch.setattr(registry_module, "_SPECS", dict(registry_module._SPECS))
 
 
 def _inputs(ref: torch.Tensor | None = None) -> PolicyLossInput:
@@ -57,7 +60,7 @@ def test_register_loss_refuses_a_second_function_under_one_name(clean_registry):
 
 
 def test_config_accepts_a_newly_registered_loss_mode(clean_registry):
-    with pytest.raises(ConfigValueError, match=r"loss_mode: expected a registered loss \(flow_grpo\)"):
+    with pytest.raises(ConfigValueError, match=r"loss_mode: expected a registered loss \(flow_grpo, grpo_guard\)"):
         DiffusionLossConfig(loss_mode="my_loss")
 
     @register_loss("my_loss")
@@ -66,6 +69,12 @@ def test_config_accepts_a_newly_registered_loss_mode(clean_registry):
 
     assert DiffusionLossConfig(loss_mode="my_loss").loss_mode == "my_loss"
     assert get_loss("my_loss") is my_loss
+    assert loss_spec("my_loss") == LossSpec()  # needs nothing beyond the common inputs, any sampler
+
+
+def test_register_loss_refuses_an_unknown_needed_input(clean_registry):
+    with pytest.raises(ValueError, match=r"needs: \['noise'\] are not optional PolicyLossInput fields"):
+        register_loss("needs_noise", needs=("noise",))
 
 
 def test_flow_grpo_loss_without_kl_is_the_policy_loss():

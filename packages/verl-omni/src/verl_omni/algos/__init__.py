@@ -1,7 +1,7 @@
 """FlowGRPO math on tensors: group advantages, the registered losses (clipped surrogate + KL), their metrics.
 
 This layer sits below the engine and the trainer and imports neither. The engine takes its loss from the
-registry (`get_loss(actor.diffusion_loss.loss_mode)`); `"flow_grpo"` is registered on import.
+registry (`get_loss(actor.diffusion_loss.loss_mode)`); `"flow_grpo"` and `"grpo_guard"` are registered on import.
 """
 
 from verl_omni.algos.advantages import compute_flow_grpo_advantages, group_index
@@ -13,16 +13,20 @@ from verl_omni.algos.flow_grpo import (
     kl_penalty_historical,
     rollout_consistency_metrics,
 )
+from verl_omni.algos.grpo_guard import grpo_guard_loss, grpo_guard_policy_loss, grpo_guard_ratio_norm
 from verl_omni.algos.registry import (
+    LossSpec,
     PolicyLossFn,
     PolicyLossInput,
     PolicyLossOutput,
     get_loss,
+    loss_spec,
     register_loss,
     registered_losses,
 )
 
 __all__ = [
+    "LossSpec",
     "PolicyLossFn",
     "PolicyLossInput",
     "PolicyLossOutput",
@@ -31,9 +35,13 @@ __all__ = [
     "flow_grpo_policy_loss",
     "get_loss",
     "group_index",
+    "grpo_guard_loss",
+    "grpo_guard_policy_loss",
+    "grpo_guard_ratio_norm",
     "kl_penalty",
     "kl_penalty_exact",
     "kl_penalty_historical",
+    "loss_spec",
     "register_loss",
     "registered_losses",
     "rollout_consistency_metrics",

@@ -11,6 +11,11 @@ by registering itself; the engine does not change::
     @register_loss("my_loss")
     def my_loss(inputs: PolicyLossInput, config) -> PolicyLossOutput: ...
 
+A loss that reads an optional input of `PolicyLossInput` names it in `needs` (the engine then keeps it: e.g.
+`"old_prev_sample_mean"` makes the old-log-prob pass also return the old transition means), and a loss whose math
+holds only for some samplers names them in `sde_types` (the trainer config rejects any other
+`rollout.algo.sde_type`); `loss_spec(name)` returns both.
+
 The module that registers a loss must be imported before a config naming it is built (the config checks
 `loss_mode` against this registry).
 """
@@ -27,10 +32,12 @@ if TYPE_CHECKING:  # the config imports this registry to validate loss_mode; typ
     from verl_omni.config import DiffusionActorConfig
 
 __all__ = [
+    "LossSpec",
     "PolicyLossFn",
     "PolicyLossInput",
     "PolicyLossOutput",
     "get_loss",
+    "loss_spec",
     "register_loss",
     "registered_losses",
 ]
@@ -55,6 +62,9 @@ class PolicyLossInput:
             The true per-element transition std s (the scheduler's `std`).
         ref_prev_sample_mean (`torch.Tensor` of shape `(B, *latent)`, *optional*):
             Transition mean μ_ref of the reference policy at the same input; given when `actor.use_kl_loss`.
+        old_prev_sample_mean (`torch.Tensor` of shape `(B, *latent)`, *optional*):
+            Transition mean μ_old of the behaviour policy at the same input (from the old-log-prob pass, or the
+            update's own detached forward when it is on-policy); given when the loss lists it in `needs`.
     """
 
     log_prob: torch.Tensor
@@ -64,6 +74,24 @@ class PolicyLossInput:
     std_dev_t: torch.Tensor
     std: torch.Tensor
     ref_prev_sample_mean: torch.Tensor | None = None
+    old_prev_sample_mean: torch.Tensor | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LossSpec:
+    """What a registered loss needs beyond the inputs every loss gets.
+
+    Args:
+        needs (`frozenset[str]`): optional `PolicyLossInput` fields the loss reads (`"old_prev_sample_mean"`).
+        sde_types (`tuple[str, ...]`, *optional*): the `rollout.algo.sde_type` values the loss is valid for;
+            `None` = any.
+    """
+
+    needs: frozenset[str] = frozenset()
+    sde_types: tuple[str, ...] | None = None
+
+
+_OPTIONAL_INPUTS = frozenset({"old_prev_sample_mean"})
 
 
 @dataclasses.dataclass
@@ -96,23 +124,42 @@ class PolicyLossFn(Protocol):
 
 
 _LOSSES: dict[str, PolicyLossFn] = {}
+_SPECS: dict[str, LossSpec] = {}
 
 
-def register_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+def register_loss(
+    name: str, *, needs: tuple[str, ...] = (), sde_types: tuple[str, ...] | None = None
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Function decorator: register a loss under `name` (the value of `actor.diffusion_loss.loss_mode`).
 
+    Args:
+        name (`str`): the `loss_mode` value.
+        needs (`tuple[str, ...]`, *optional*): optional `PolicyLossInput` fields the loss reads
+            (`"old_prev_sample_mean"`).
+        sde_types (`tuple[str, ...]`, *optional*): the samplers (`rollout.algo.sde_type`) the loss is valid for.
+
     Raises:
-        ValueError: `name` is already registered to another function.
+        ValueError: `name` is already registered to another function, or `needs` names an unknown input.
     """
+    unknown = sorted(set(needs) - _OPTIONAL_INPUTS)
+    if unknown:
+        raise ValueError(f"needs: {unknown} are not optional PolicyLossInput fields ({sorted(_OPTIONAL_INPUTS)})")
 
     def deco(fn: PolicyLossFn) -> PolicyLossFn:
         other = _LOSSES.get(name)
         if other is not None and other is not fn:
             raise ValueError(f"loss_mode: {name!r} is already registered to {other.__qualname__}")
         _LOSSES[name] = fn
+        _SPECS[name] = LossSpec(needs=frozenset(needs), sde_types=sde_types)
         return fn
 
     return deco
+
+
+def loss_spec(name: str) -> LossSpec:
+    """The `LossSpec` of the loss registered as `name` (a `KeyError` like `get_loss` when it is not)."""
+    get_loss(name)
+    return _SPECS[name]
 
 
 def registered_losses() -> list[str]:

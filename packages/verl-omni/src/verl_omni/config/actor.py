@@ -171,11 +171,13 @@ class FSDPEngineConfig(BaseConfig):
 
 @dataclasses.dataclass
 class DiffusionLossConfig(BaseConfig):
-    """`actor.diffusion_loss.*`: the FlowGRPO loss.
+    """`actor.diffusion_loss.*`: the policy loss (FlowGRPO's clipped surrogate, or another registered `loss_mode`).
 
     Args:
-        loss_mode (`str`): a loss registered with `verl_omni.algos.register_loss`; `"flow_grpo"` is built in.
-        clip_ratio (`float`): ε of the ratio clip (> 0; 1e-4 default, 1e-5 in the Qwen-Image recipes).
+        loss_mode (`str`): a loss registered with `verl_omni.algos.register_loss`; `"flow_grpo"` and `"grpo_guard"`
+            (FlowGRPO with GRPO-Guard's ratio normalisation and ÷|dt| step weighting; `sde` sampler only) are built in.
+        clip_ratio (`float`): ε of the ratio clip (> 0; 1e-4 default, 1e-5 in the Qwen-Image recipes, 2e-6 in
+            upstream's GRPO-Guard recipe, whose normalised ratio spreads much less).
         adv_clip_max (`float`): advantages are clipped to ±this (> 0).
         kl_type (`str`): `"historical"` (flow_grpo / verl: mean Δμ²/(2·std_dev_t²), reproduces the published β)
             or `"exact"` (mean-reduced exact Gaussian KL; for sde use β_exact = β_historical·h).

@@ -18,13 +18,14 @@ from tensordict import TensorDict
 from torch import nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from verl_omni.algos import PolicyLossInput, get_loss, rollout_consistency_metrics
+from verl_omni.algos import PolicyLossInput, get_loss, loss_spec, rollout_consistency_metrics
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, torch_dtype_name
 from verl_omni.engine.checkpoint import load_engine_checkpoint, save_engine_checkpoint
 from verl_omni.engine.distributed import all_reduce_metrics, default_device, ensure_process_group, make_mesh
 from verl_omni.engine.lora import adapters_disabled, apply_lora, export_weights
 from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
 from verl_omni.engine.weight_export import ExportBuffer
+from verl_omni.schedulers.settings import setting_name
 
 __all__ = ["DiffusersFSDPEngine"]
 
@@ -34,7 +35,7 @@ _SAMPLER_SETTING_KEYS = ("noise_level", "guidance_scale", "sde_type", "cps_logpr
 _HOST_KEYS = ("height", "width", "num_inference_steps", "prompt_index", *_SAMPLER_SETTING_KEYS)
 # never needed on the device by the forward paths
 _SKIP_KEYS = ("images",)
-_UPDATE_ONLY_KEYS = ("old_log_probs", "advantages", "ref_prev_sample_mean", "ref_log_probs")
+_UPDATE_ONLY_KEYS = ("old_log_probs", "old_prev_sample_mean", "advantages", "ref_prev_sample_mean", "ref_log_probs")
 
 
 class DiffusersFSDPEngine:
@@ -257,10 +258,19 @@ class DiffusersFSDPEngine:
             batch (`TensorDict`, batch `[B]`): a trajectory batch (layout of the log-prob pipelines).
 
         Returns:
-            `TensorDict` with `old_log_probs` `(B, K)` float32 on the engine device.
+            `TensorDict` with `old_log_probs` `(B, K)` float32 on the engine device, and `old_prev_sample_mean`
+            `(B, K, *latent)` when the loss (`actor.diffusion_loss.loss_mode`) needs the old transition means.
         """
-        out = self._forward_all(batch, keep_mean=False)
-        return TensorDict({"old_log_probs": out["log_probs"]}, batch_size=batch.batch_size)
+        keep_mean = "old_prev_sample_mean" in self._loss_needs
+        out = self._forward_all(batch, keep_mean=keep_mean)
+        result = {"old_log_probs": out["log_probs"]}
+        if keep_mean:
+            result["old_prev_sample_mean"] = out["prev_sample_mean"]
+        return TensorDict(result, batch_size=batch.batch_size)
+
+    @property
+    def _loss_needs(self) -> frozenset[str]:
+        return loss_spec(self.config.diffusion_loss.loss_mode).needs
 
     def compute_ref_log_prob(self, batch: TensorDict) -> TensorDict:
         """Reference policy (LoRA adapters disabled, or a `forward_only` engine): log-probs and transition means.
@@ -309,10 +319,11 @@ class DiffusersFSDPEngine:
 
         Args:
             batch (`TensorDict`, batch `[B]`): the trajectory plus `old_log_probs` `(B, K)`, `advantages` `(B,)`
-                or `(B, K)`, and `ref_prev_sample_mean` `(B, K, *latent)` when `actor.use_kl_loss`. Without
-                `old_log_probs` an on-policy update (`ppo_epochs` 1, the local batch one mini-batch) takes them
-                from its own forwards (detached): the same values a `compute_log_prob` pass would give up to
-                kernel numerics, without that pass's cost; the ratio of every term is then exactly 1.
+                or `(B, K)`, `ref_prev_sample_mean` `(B, K, *latent)` when `actor.use_kl_loss`, and
+                `old_prev_sample_mean` `(B, K, *latent)` when the loss needs it (`grpo_guard`). Without
+                `old_log_probs` an on-policy update (`ppo_epochs` 1, the local batch one mini-batch) takes them (and
+                the old means) from its own forwards (detached): the same values a `compute_log_prob` pass would give
+                up to kernel numerics, without that pass's cost; the ratio of every term is then exactly 1.
 
         Returns:
             Metrics averaged over steps, micro-batches and ranks (min/max for `*_min`/`*_max`): `actor/pg_loss`,
@@ -328,14 +339,27 @@ class DiffusersFSDPEngine:
         if self.forward_only:
             raise ValueError("update_policy: this engine was built with actor.fsdp_config.forward_only=true")
         on_policy_old = "old_log_probs" not in batch
+        loss_mode = self.config.diffusion_loss.loss_mode
+        spec = loss_spec(loss_mode)
+        if spec.sde_types is not None:
+            stored = self.sde_type
+            if stored is None and "sde_type" in batch:
+                stored = setting_name("sde_type", batch["sde_type"][:1])
+            if stored not in spec.sde_types:
+                raise ValueError(
+                    f"actor.diffusion_loss.loss_mode={loss_mode!r} holds only for rollout.algo.sde_type in "
+                    f"{list(spec.sde_types)}, but the batch was sampled with sde_type={stored!r}"
+                )
+        old_mean = "old_prev_sample_mean" in spec.needs
         need = ["advantages", "log_probs" if on_policy_old else "old_log_probs"]
+        need += ["old_prev_sample_mean"] if old_mean and not on_policy_old else []
         need += ["ref_prev_sample_mean"] if self.config.use_kl_loss else []
         missing = [k for k in need if k not in batch]
         if missing:
             raise ValueError(f"update_policy: batch lacks {missing}; it has {sorted(batch.keys())}")
         if on_policy_old:
             self._check_on_policy(batch.batch_size[0])
-        loss_fn = get_loss(self.config.diffusion_loss.loss_mode)
+        loss_fn = get_loss(loss_mode)
         k = batch["log_probs" if on_policy_old else "old_log_probs"].shape[1]
         own_old: list[torch.Tensor] = []  # on-policy: the detached log-probs of the update's own forwards
         acc: dict[str, torch.Tensor] = {}
@@ -366,6 +390,13 @@ class DiffusersFSDPEngine:
                                 std=out.std,
                                 ref_prev_sample_mean=(
                                     micro["ref_prev_sample_mean"][:, j] if self.config.use_kl_loss else None
+                                ),
+                                old_prev_sample_mean=(
+                                    None
+                                    if not old_mean
+                                    else out.prev_sample_mean.detach()
+                                    if on_policy_old
+                                    else micro["old_prev_sample_mean"][:, j]
                                 ),
                             ),
                             self.config,

@@ -183,7 +183,7 @@ class FlowGRPOTrainer:
                     batch["old_log_probs"] = batch["log_probs"].clone()
                 elif not self.fuse_old_log_prob:
                     with _timer(timing, "old_log_prob"):
-                        batch["old_log_probs"] = torch.cat(c.actor.run_split("compute_log_prob", batch))
+                        batch.update(torch.cat(c.actor.run_split("compute_log_prob", batch)))  # + old means
                     metrics.update(self._peak_memory("old_log_prob"))
 
                 # 7. reference transition means for the KL term

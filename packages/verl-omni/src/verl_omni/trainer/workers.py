@@ -127,9 +127,12 @@ class ActorWorker:
 
     # ---- the step -----------------------------------------------------------------------------------------
 
-    def compute_log_prob(self, batch: TensorDict) -> torch.Tensor:
-        """Old log-probs `(b, K)` of this rank's share of the batch, on the CPU."""
-        return self.engine.compute_log_prob(batch)["old_log_probs"].cpu()
+    def compute_log_prob(self, batch: TensorDict) -> TensorDict:
+        """Old log-probs `(b, K)` of this rank's share (`old_log_probs`), on the CPU.
+
+        Also `old_prev_sample_mean` when the loss needs the old transition means (`grpo_guard`).
+        """
+        return self.engine.compute_log_prob(batch).to("cpu")
 
     def compute_ref(self, batch: TensorDict) -> TensorDict:
         """Reference `ref_log_probs` and `ref_prev_sample_mean` of this rank's share, on the CPU."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from verl_core.config import BaseConfig, ConfigValueError
+from verl_omni.algos import loss_spec
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig, DiffusionRolloutConfig
 from verl_omni.data import DataConfig
 from verl_omni.reward import RewardConfig
@@ -62,7 +63,8 @@ class DiffusionTrainerConfig(BaseConfig):
         ConfigValueError: keys that disagree with each other (each message names both keys and the way out):
             `actor.rollout_n` vs `rollout.n`, `model.algorithm` vs `algorithm.adv_estimator`, a loopback
             `rollout.host` with `trainer.nnodes > 1`, batch sizes that do not split over the actor ranks or into
-            mini-batches.
+            mini-batches, an `actor.diffusion_loss.loss_mode` with a `rollout.algo.sde_type` it does not hold for
+            or (when it needs the old transition means, `grpo_guard`) with `rollout_correction.bypass_mode=true`.
     """
 
     actor_rollout_ref: ActorRolloutRefConfig = dataclasses.field(default_factory=ActorRolloutRefConfig)
@@ -94,6 +96,7 @@ class DiffusionTrainerConfig(BaseConfig):
             f"{arr.rollout.host!r} is reachable only from its own node, but trainer.nnodes={self.trainer.nnodes}: the "
             "driver and actor rank 0 call every rollout server over HTTP; set actor_rollout_ref.rollout.host=0.0.0.0",
         )
+        self._check_loss_mode()
         manager = self.reward.reward_manager.name  # checked before any worker starts, not at the first reward
         if manager not in REWARD_MANAGERS:
             raise ConfigValueError(unknown_reward_manager(manager), key="reward.reward_manager.name")
@@ -115,6 +118,26 @@ class DiffusionTrainerConfig(BaseConfig):
             mini * n % world == 0,
             "actor_rollout_ref.actor.ppo_mini_batch_size",
             f"{mini} prompts x rollout.n={n} images do not split over {world} actor ranks",
+        )
+
+    def _check_loss_mode(self) -> None:
+        """The loss's own needs (`verl_omni.algos.loss_spec`) against the sampler and the old-log-prob source."""
+        mode = self.actor_rollout_ref.actor.diffusion_loss.loss_mode
+        spec = loss_spec(mode)
+        sde_type = self.actor_rollout_ref.rollout.algo.sde_type
+        _check(
+            spec.sde_types is None or sde_type in spec.sde_types,
+            "actor_rollout_ref.rollout.algo.sde_type",
+            f"{sde_type!r}: actor_rollout_ref.actor.diffusion_loss.loss_mode={mode!r} holds only for sde_type in "
+            f"{list(spec.sde_types or ())}; set rollout.algo.sde_type={(spec.sde_types or ('',))[0]!r} or another "
+            "loss_mode",
+        )
+        _check(
+            "old_prev_sample_mean" not in spec.needs or not self.algorithm.rollout_correction.bypass_mode,
+            "algorithm.rollout_correction.bypass_mode",
+            f"true: actor_rollout_ref.actor.diffusion_loss.loss_mode={mode!r} needs the old policy's transition "
+            "means, which only the actor's old-log-prob pass (or the fused on-policy update) computes; bypass mode "
+            "takes the rollout's log-probs and has no means; set bypass_mode=false",
         )
 
     @property
