@@ -7,4 +7,8 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
+from verl_omni import log_filters
+
+log_filters.install()  # other libraries' messages that say nothing to a verl-omni user (see log_filters)
+
 __all__ = ["__version__"]

@@ -140,3 +140,55 @@ def test_validation_images_outlive_a_resume_and_go_with_a_fresh_run(tmp_path):
     assert sorted(kept) == [0, 4] and all(torch.equal(kept[s], images[s]) for s in kept)
     begin_val_images(tmp_path, 0)  # a fresh run keeps nothing of an earlier one
     assert load_val_images(tmp_path) == {}
+
+
+def _step_metrics(reward: float) -> dict[str, float]:
+    return {
+        "critic/rewards/mean": reward,
+        "critic/rewards/std": 0.1,
+        "perf/images_per_step": 4.0,
+        "perf/throughput": 2.5,
+        "actor/pg_loss": 1e-9,
+        "actor/ppo_kl": 2e-4,
+        "actor/pg_clipfrac": 0.0,
+        "actor/grad_norm": 0.3,
+    }
+
+
+def test_console_shows_short_names_and_the_margin_from_the_sixth_step(tmp_path):
+    lines = []
+    tracker = Tracking(["console"], tmp_path, project="p", experiment="e", write=lines.append)
+    for step in range(1, 7):
+        tracker.log(_step_metrics(0.1 * step), step=step)
+    tracker.close()
+    assert lines[0] == "step 1 | reward +0.10000 | kl +2.00e-04 | clipfrac 0.000 | img/s 2.50"
+    # last 3 (0.5) minus first 3 (0.2) over sqrt(2 * 3 * (0.1 / 2)^2) / 3 = 0.0408: 7.3 standard errors
+    assert lines[5] == "step 6 | reward +0.60000 | margin +7.3 se | kl +2.00e-04 | clipfrac 0.000 | img/s 2.50"
+    assert all("pg_loss" not in line and "grad_norm" not in line for line in lines)
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert {"actor/pg_loss", "actor/grad_norm", "critic/rewards/mean", "perf/throughput"} <= set(row)
+
+
+def test_console_margin_of_a_resumed_run_counts_the_kept_steps(tmp_path):
+    first = Tracking([], tmp_path, project="p", experiment="e")
+    first.begin(0)
+    for step in range(1, 9):
+        first.log(_step_metrics(0.1 * step), step=step)
+    first.close()
+    lines = []
+    resumed = Tracking(["console"], tmp_path, project="p", experiment="e", write=lines.append)
+    resumed.begin(5)  # steps 6..8 of the first run are dropped
+    resumed.log(_step_metrics(0.6), step=6)
+    resumed.close()
+    assert "margin +7.3 se" in lines[0]
+
+
+def test_metrics_doc_explains_every_console_field():
+    from pathlib import Path
+
+    from verl_omni.trainer.tracking import CONSOLE_KEYS
+
+    doc = (Path(__file__).resolve().parents[4] / "docs" / "omni" / "metrics.md").read_text()
+    for key, label, _ in CONSOLE_KEYS:
+        assert f"| `{label}` | `{key}` |" in doc, f"docs/omni/metrics.md lacks the row of {label} ({key})"
+    assert "| `margin` |" in doc and "## Why `actor/pg_loss` sits near 0" in doc

@@ -285,7 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except MigrationError as e:
             print(f"verl-compat: cannot translate the overrides or config files: {e}", file=sys.stderr)
             return 2
-        print(text, file=sys.stderr, flush=True)
+        if not {"-h", "--help"} & set(old):  # the help text comes alone: the notes are about a run
+            print(text, file=sys.stderr, flush=True)
 
         entry = importlib.import_module(NEW_MODULE)
         # Ray workers and tools that look at sys.argv see the verl-omni command, not the old shim module

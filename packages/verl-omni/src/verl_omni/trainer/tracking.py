@@ -1,5 +1,9 @@
 """Metrics trackers of a run: `metrics.jsonl` (always), console, TensorBoard and wandb (offline by default).
 
+The files and trackers get every metric under its full verl-style key (`critic/rewards/mean`, `actor/pg_loss`, ...);
+the console shows one short line per step with the few that tell whether a run learns (`CONSOLE_KEYS`, the
+learning margin); docs/omni/metrics.md explains each.
+
 `check_loggers` runs at start-up (before Ray): a tracker whose package is missing is an error naming the pip
 command that installs it.
 """
@@ -23,14 +27,13 @@ _EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wa
 CONSOLE_KEYS = (
     ("critic/rewards/mean", "reward", "{:+.5f}"),
     ("val/reward_mean", "val_reward", "{:+.5f}"),
-    ("actor/pg_loss", "pg_loss", "{:+.3e}"),
+    ("actor/ppo_kl", "kl", "{:+.2e}"),
+    ("actor/kl_loss", "kl_ref", "{:.2e}"),
     ("actor/pg_clipfrac", "clipfrac", "{:.3f}"),
-    ("actor/ppo_kl", "ppo_kl", "{:+.2e}"),
-    ("actor/rollout_logprob_diff_max", "lp_gap", "{:.1e}"),
-    ("actor/grad_norm", "grad_norm", "{:.3f}"),
-    ("timing_s/step", "step_s", "{:.1f}"),
+    ("perf/throughput", "img/s", "{:.2f}"),
 )
-"""(metric, label, format) of the one console line per step."""
+"""(metric, label, format) of the one console line per step; `margin` (the learning margin) follows `reward`."""
+_MARGIN_KEYS = ("critic/rewards/mean", "critic/rewards/std", "perf/images_per_step")
 
 
 def check_loggers(loggers: list[str]) -> None:
@@ -96,6 +99,7 @@ class Tracking:
         self.write = write
         self.jsonl_path = run_dir / "metrics.jsonl"
         self._jsonl = open(self.jsonl_path, "a")  # noqa: SIM115 - closed in close()
+        self._reward_rows: list[dict[str, float]] = []  # what the console's learning margin is computed from
         self._tb = None
         self._wandb = None
         if "tensorboard" in loggers:
@@ -117,11 +121,13 @@ class Tracking:
         """
         self._jsonl.close()
         kept = []
+        self._reward_rows = []
         if step > 0 and self.jsonl_path.is_file():
             for line in self.jsonl_path.read_text().splitlines():
                 with contextlib.suppress(ValueError, KeyError, TypeError):  # a torn last line of a killed run
                     if int(json.loads(line)["step"]) <= step:
                         kept.append(line + "\n")
+                        self._keep_reward_row(json.loads(line))
         tmp = self.jsonl_path.with_name(self.jsonl_path.name + ".tmp")
         tmp.write_text("".join(kept))
         os.replace(tmp, self.jsonl_path)
@@ -132,16 +138,37 @@ class Tracking:
         row = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
         self._jsonl.write(json.dumps(row) + "\n")
         self._jsonl.flush()
+        self._keep_reward_row(metrics)
         if self.console:
-            parts = [f"step {step}"]
-            parts += [f"{label} {fmt.format(metrics[key])}" for key, label, fmt in CONSOLE_KEYS if key in metrics]
-            self.write(" | ".join(parts))
+            self.write(self.console_line(metrics, step))
         if self._tb is not None:
             for key, value in metrics.items():
                 self._tb.add_scalar(key, value, step)
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(dict(metrics), step=step)
+
+    def console_line(self, metrics: dict[str, float], step: int) -> str:
+        """`step N | reward +0.12345 | margin +2.1 se | kl ... | clipfrac ... | img/s ...`: what is present.
+
+        `margin` is the learning margin of the steps logged so far (`report.learning_margin`: mean reward of the last
+        3 steps minus the first 3, in standard errors); it appears from the 6th step on.
+        """
+        from verl_omni.trainer.report import learning_margin  # report imports this module
+
+        parts = [f"step {step}"]
+        for key, label, fmt in CONSOLE_KEYS:
+            if key in metrics:
+                parts.append(f"{label} {fmt.format(metrics[key])}")
+            if key == "critic/rewards/mean" and key in metrics:
+                margin = learning_margin(self._reward_rows)
+                if margin is not None:
+                    parts.append(f"margin {margin['margin']:+.1f} se")
+        return " | ".join(parts)
+
+    def _keep_reward_row(self, metrics: dict[str, Any]) -> None:
+        if all(key in metrics for key in _MARGIN_KEYS):
+            self._reward_rows.append({key: float(metrics[key]) for key in _MARGIN_KEYS})
 
     def log_images(self, tag: str, images: torch.Tensor, step: int) -> None:
         """Log uint8 images `(B, 3, H, W)` as one grid to TensorBoard and wandb."""

@@ -1,0 +1,82 @@
+"""What a person sees from `verl-omni-train`: the help alone, one short line per step, no other library's noise."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from verl_omni import log_filters
+
+NOISE_TEXT = ("requires torchvision (not installed)", "Token authentication is enabled for this Ray cluster")
+"""What the run must not print (the messages `log_filters` drops)."""
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "RAY_AUTH_MODE")}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def test_help_prints_the_usage_and_nothing_else(tmp_path):
+    cmd = [sys.executable, "-m", "verl_omni.trainer.main", "--help"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: ") and "overrides" in proc.stdout
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "noise", "kept"),
+    [
+        pytest.param(
+            "transformers.utils.import_utils",
+            "`CLIPImageProcessor` requires torchvision (not installed); falling back to `CLIPImageProcessorPil` for "
+            "backward compatibility.",
+            "Could not load PIL fallback CLIPImageProcessorPil",
+            id="transformers",
+        ),
+        pytest.param(
+            "ray._private.authentication.authentication_token_setup",
+            "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out.",
+            "Token authentication is disabled for this Ray cluster. Anyone with network access can run code.",
+            id="ray",
+        ),
+    ],
+)
+def test_log_filters_drop_only_the_noise(name, noise, kept):
+    assert name in log_filters.NOISE
+    log_filters.install()
+    log_filters.install()  # idempotent: one filter per logger
+    logger = logging.getLogger(name)
+    assert sum(isinstance(f, log_filters.MessageFilter) for f in logger.filters) == 1
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+        logger.warning(noise)
+        logger.warning(kept)
+    finally:
+        logger.removeHandler(handler)
+    assert seen == [kept]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_run_prints_short_step_lines_and_no_library_noise(tiny_qwen_image_path, fast_overrides, tmp_path):
+    cmd = [
+        sys.executable, "-m", "verl_omni.trainer.main", "--config-name", "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}", *fast_overrides, "trainer.val_before_train=false",
+        f"trainer.run_dir={tmp_path / 'run'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "trainer.total_training_steps=1",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.startswith("step 1 | reward "), proc.stdout
+    assert " | clipfrac " in proc.stdout and " | img/s " in proc.stdout and "pg_loss" not in proc.stdout
+    for text in NOISE_TEXT:
+        assert text not in proc.stderr, proc.stderr[-4000:]
