@@ -47,3 +47,25 @@ def test_grpo_guard_quickstart_raises_the_reward_by_more_than_3_standard_errors(
     assert first["actor/ratio_norm_scale"] > 0 and first["actor/step_loss_scale"] > 1
     margin = learning_margin(rows)
     assert margin is not None and margin["margin"] > 3.0, margin
+
+
+def test_grpo_guard_with_the_old_log_prob_pass_gets_the_old_means_from_the_actor(trainer_run, tmp_path):
+    """With the fused on-policy update turned off, the trainer's old-log-prob pass returns the old transition means
+    too (the loss needs them): the first update is on-policy up to fp32 kernel numerics. One FAST step.
+
+    Mutation run by hand: the trainer keeps only `old_log_probs` from the pass (`batch["old_log_probs"] = ...
+    ["old_log_probs"]`): FAILED, "update_policy: batch lacks ['old_prev_sample_mean']"."""
+    run = trainer_run(
+        tmp_path,
+        [
+            "actor_rollout_ref.actor.diffusion_loss.loss_mode=grpo_guard",
+            "algorithm.rollout_correction.fuse_on_policy_old_log_prob=false",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=false",
+        ],
+    )
+    assert run.error is None, run.error
+    (row,) = run.history
+    assert row["timing_s/old_log_prob"] > 0  # the separate pass ran
+    assert abs(row["actor/ratio_mean"] - 1) < 1e-6 and row["actor/ratio_norm_bias"] < 1e-10
+    assert row["actor/pg_clipfrac"] == 0.0 and row["actor/grad_norm"] > 0
