@@ -18,6 +18,8 @@ Mutations run by hand (each edited into `verl_omni/algos/grpo_guard.py`, these t
   the registered-loss test.
 * `s̄` per sample instead of the batch mean (`scale = std_dev_t * sqrt_dt`): FAILED
   `test_the_step_scale_is_the_batch_mean` and `test_worked_example_of_algorithms_md` (`scale.item()` of a (2,) tensor).
+* the KL term divided by |dt| too (`pg_loss + kl_coef * kl * step_scale`): FAILED
+  `test_the_kl_term_is_added_after_the_dt_division_and_needs_the_reference_means`.
 * In the trainer (tests/trainer/test_grpo_guard_trainer.py): the normalised log-ratio negated: margin −71.9.
 """
 
@@ -253,3 +255,30 @@ def test_the_trainer_config_rejects_incompatible_combinations_naming_both_keys(o
     load_config([override])  # each alone is fine with flow_grpo
     with pytest.raises(ConfigValueError, match=key + r".*" + message):
         load_config([mode, override])
+
+
+def test_the_kl_term_is_added_after_the_dt_division_and_needs_the_reference_means():
+    """Decision (math.md §9): `L = L^guard (÷|dt|) + β·KL`, the KL of §5 not divided by |dt|."""
+    step = _worked_example()
+    ref = step["mu_old"] + 0.01
+    config = DiffusionActorConfig(
+        use_kl_loss=True, kl_loss_coef=0.5, diffusion_loss={"loss_mode": "grpo_guard", "clip_ratio": 1e-3}
+    )
+    inputs = PolicyLossInput(
+        log_prob=step["log_prob"],
+        old_log_prob=step["old_log_prob"],
+        advantages=_t([0.707007, -0.707007]),
+        prev_sample_mean=step["mu_theta"],
+        std_dev_t=step["std_dev_t"],
+        std=step["std_dev_t"] * step["sqrt_dt"],
+        old_prev_sample_mean=step["mu_old"],
+        ref_prev_sample_mean=ref,
+    )
+    out = get_loss("grpo_guard")(inputs, config)
+    kl = ((step["mu_theta"].detach() - ref) ** 2 / (2 * step["std_dev_t"][0] ** 2)).mean().item()  # historical
+    assert out.kl.item() == pytest.approx(kl, rel=1e-12)
+    assert out.loss.item() == pytest.approx(out.pg_loss.item() + 0.5 * kl, rel=1e-12)
+    assert out.pg_loss.item() == pytest.approx(2.327e-4, rel=1e-3)
+    inputs.ref_prev_sample_mean = None
+    with pytest.raises(ValueError, match=r"ref_prev_sample_mean: actor\.use_kl_loss is true"):
+        get_loss("grpo_guard")(inputs, config)
