@@ -9,14 +9,15 @@ backends apart. What differs is only where sampling runs: in vLLM-Omni's workers
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
+import logging
 import os
 import random
 from pathlib import Path
 from typing import Any, ClassVar
 
+from verl_core.best_effort import best_effort
 from verl_core.config.rollout import RolloutConfig
 from verl_core.rollout.errors import BadRequestError, WeightSyncError
 from verl_core.rollout.protocol import GenerateRequest
@@ -30,6 +31,8 @@ from verl_omni.rollout.vllm_omni.pipelines import pipeline_qualname, sampling_ex
 from verl_omni.rollout.vllm_omni.worker import EXTENSION_QUALNAME
 
 __all__ = ["vLLMOmniHttpServer"]
+
+logger = logging.getLogger(__name__)
 
 
 class vLLMOmniHttpServer(BaseVLLMHttpServer):
@@ -256,8 +259,10 @@ async def _last_unless(stream: Any, aborted: asyncio.Event) -> Any:
             done, _ = await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
             if step not in done:
                 step.cancel()
-                with contextlib.suppress(BaseException):
-                    await step
+                with best_effort(logger, "the aborted request's last stream step", asyncio.CancelledError, Exception):
+                    await (
+                        step
+                    )  # cancelled: its CancelledError (or the engine's error for an aborted request) is expected
                 return None
             try:
                 final = step.result()
@@ -267,7 +272,7 @@ async def _last_unless(stream: Any, aborted: asyncio.Event) -> Any:
         waiter.cancel()
         close = getattr(iterator, "aclose", None)
         if close is not None:
-            with contextlib.suppress(Exception):
+            with best_effort(logger, "closing the request's output stream"):
                 await close()
 
 
