@@ -4,6 +4,10 @@ the interruption caused, stops Ray, leaves no shared-memory segment, and its las
 
 Mutations these tests were run against (each failed the test named):
 - `main.run` returning `EXIT_FAILED` on `KeyboardInterrupt`: every `test_ctrl_c_*` (exit code).
+- `ColocatedRollout._run` not cancelling its call on `KeyboardInterrupt`: the step test ("WARNING ... rollout server
+  rank 0 is dead: ... is unreachable", the in-flight request cut by the shutdown).
+- `ColocatedRollout` without its loop exception handler `_quiet_cancelled`: the launch test ("ERROR asyncio:
+  _GatheringFuture exception was never retrieved").
 """
 
 from __future__ import annotations
@@ -140,8 +144,8 @@ def _resume_from_line(line: str, cwd: pathlib.Path) -> list[dict]:
 def test_ctrl_c_during_the_server_launch(tiny_qwen_image_path, fast_overrides, tmp_path):
     before = _segments()
     argv = _run_argv(tiny_qwen_image_path, fast_overrides, tmp_path)
-    # the actor ranks are up; the next thing the driver does is launch the rollout servers
-    code, lines, sent_at, sid = _interrupt(argv, tmp_path, lambda lines: any("actor ranks:" in x for x in lines))
+    # the rollout server (a Ray actor, its output forwarded to the driver's) loads its pipeline: the launch is under way
+    code, lines, sent_at, sid = _interrupt(argv, tmp_path, lambda lines: any("Loading pipeline" in x for x in lines))
     line = _check_interrupted(code, lines, sent_at, sid, before)
     assert "interrupted during setup; no checkpoint saved; start again: verl-omni-train " in line
     assert CheckpointManager(tmp_path / "ckpt").steps() == []

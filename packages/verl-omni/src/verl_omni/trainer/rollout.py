@@ -97,6 +97,7 @@ class ColocatedRollout:
             max_images_per_request=config.agent.max_images_per_request,
         )
         self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(_quiet_cancelled)
         self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-driver", daemon=True)
         self._thread.start()
         self.addresses: list[str] = []
@@ -193,16 +194,17 @@ class ColocatedRollout:
         if self._loop.is_closed():
             return
         try:
+            # a call cut short (Ctrl-C during the launch or a request) leaves tasks on the loop, the agent loop's
+            # requests among them: cancel and await them first, so that none fails against a server shut down
+            # (a "server is dead" warning) or is destroyed while pending when the loop closes
+            cancel = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
+            with best_effort(logger, "cancelling the rollout loop's pending tasks"):
+                cancel.result(_GRACE_S)
             timeout = self.config.lifecycle_timeout_s * (self.num_servers + 1)
             self._run(self.replica.shutdown(), "shutdown", timeout)
         except Exception as e:  # a dead server cannot shut down; the replica kills its actor anyway
             logger.warning("rollout shutdown: %s", e)
         finally:
-            # a call cut short (Ctrl-C during the launch or a request) leaves its task on the loop: cancel and await
-            # it, so no task is destroyed while pending when the loop closes
-            cancel = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
-            with best_effort(logger, "cancelling the rollout loop's pending tasks"):
-                cancel.result(_GRACE_S)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
             if not self._loop.is_running():
@@ -255,6 +257,18 @@ class ColocatedRollout:
             return
         rank, reason = min(router.dead.items())
         raise RolloutServiceError(f"rollout server rank {rank} died during {what}: {reason}") from cause
+
+
+def _quiet_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler: a `CancelledError` nobody retrieved is a call cut short, not an error.
+
+    On Python 3.11 a `gather` under a cancelled `wait_for` (the servers' launch, cut short by Ctrl-C) is left holding
+    the `CancelledError`, which asyncio would log as "exception was never retrieved"; everything else is logged as
+    asyncio's default handler does.
+    """
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
 
 
 async def _cancel_other_tasks() -> None:
