@@ -265,3 +265,18 @@ def test_served_rollout_config_holds_adapters_of_the_actor_rank(overrides, rank)
     config = load_config(["actor_rollout_ref.model.path=/m", *overrides])
     served = served_rollout_config(config.actor_rollout_ref, "cpu")
     assert served.lora.rank == rank and served.model.path == "/m" and served.device == "cpu"
+
+
+def test_ctrl_c_while_checking_the_config_exits_130_with_one_line(no_ray, capsys, monkeypatch):
+    from verl_omni.trainer import components
+    from verl_omni.trainer.main import EXIT_INTERRUPTED
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(components, "preflight", interrupted)
+    assert run([]) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("verl-omni-train:")]
+    assert lines == ["verl-omni-train: interrupted while checking the config; nothing was started"], err
+    assert "Traceback" not in err

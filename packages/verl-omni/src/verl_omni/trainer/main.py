@@ -136,6 +136,9 @@ def run(argv: Sequence[str], *, default_config: str = QUICKSTART, command: Seque
     except ModelPathError as e:
         print(f"verl-omni-train: config error: {e}. {_other_config_hint(args, command)}.", file=sys.stderr)
         return EXIT_CONFIG
+    except KeyboardInterrupt:
+        print("verl-omni-train: interrupted while checking the config; nothing was started", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (ConfigError, FileNotFoundError, ImportError, AttributeError, ValueError, TypeError, KeyError) as e:
         print(f"verl-omni-train: config error: {e}", file=sys.stderr)
         return EXIT_CONFIG
