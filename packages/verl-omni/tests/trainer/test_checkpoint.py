@@ -149,6 +149,7 @@ def test_run_signature_records_every_run_key_of_a_config():
     signature = run_signature(load_config(config_name="quickstart"))
     assert list(signature) == list(RUN_KEYS)
     assert signature["actor_rollout_ref.model.lora_rank"] == 8
+    assert signature["actor_rollout_ref.actor.diffusion_loss.loss_mode"] == "flow_grpo"  # another loss: another run
     assert signature["data.train_files"] in ("builtin://quickstart", ["builtin://quickstart"])
 
 

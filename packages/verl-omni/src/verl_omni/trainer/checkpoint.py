@@ -45,13 +45,14 @@ RUN_KEYS = (
     "actor_rollout_ref.model.target_modules",
     "actor_rollout_ref.rollout.n",
     "actor_rollout_ref.rollout.algo.sde_type",
+    "actor_rollout_ref.actor.diffusion_loss.loss_mode",
     "algorithm.adv_estimator",
     "data.train_files",
     "data.train_batch_size",
     "data.seed",
 )
 """The settings a checkpoint records and a resume must match: the weights' shape (model, LoRA), what a step is
-(group size, SDE, estimator) and where the prompt sampler's state points (prompt files, batch, seed)."""
+(group size, SDE, loss, estimator) and where the prompt sampler's state points (prompt files, batch, seed)."""
 
 
 class CheckpointConflictError(ValueError):
