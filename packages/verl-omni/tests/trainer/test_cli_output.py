@@ -57,11 +57,16 @@ def test_log_filters_drop_only_the_noise(name, noise, kept):
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())
     logger.addHandler(handler)
+    level, disabled = logger.level, logger.disabled
+    logger.setLevel(logging.WARNING)  # other tests may have quietened the library's loggers (set_verbosity_error)
+    logger.disabled = False
     try:
         logger.warning(noise)
         logger.warning(kept)
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled
     assert seen == [kept]
 
 
