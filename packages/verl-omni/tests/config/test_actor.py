@@ -57,7 +57,8 @@ def test_actor_config_builds_from_verl_omni_yaml_keys():
         pytest.param(
             {"diffusion_loss": {"loss_mode": "dpo"}},
             ConfigValueError,
-            r"diffusion_loss\.loss_mode: expected a registered loss \(flow_grpo, grpo_guard\).*register_loss.*got 'dpo'",
+            r"diffusion_loss\.loss_mode: expected a registered loss \(flow_grpo, grpo_guard\)"
+            r".*register_loss.*got 'dpo'",
             id="unregistered loss_mode",
         ),
         ({"diffusion_loss": {"clip_ratio": 0}}, ConfigValueError, r"diffusion_loss\.clip_ratio: expected a float > 0"),
