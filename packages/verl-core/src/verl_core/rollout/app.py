@@ -2,7 +2,7 @@
 
 `POST /generate` answers with JSON, or with a binary tensor body (`verl_core.rollout.tensor_payload`) when the
 response has fields holding tensors or TensorDicts; a binary answer goes through a tmpfs file when the client asks
-for it (`verl_core.rollout.handoff`).
+for it (`verl_core.rollout.handoff`). `POST /v1/chat/completions` is OpenAI's chat route (`verl_core.rollout.chat`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from tensordict import TensorDictBase
 
 from verl_core.best_effort import best_effort
+from verl_core.rollout.chat import ChatCompletionRequest
 from verl_core.rollout.errors import RolloutError, WeightSyncError
 from verl_core.rollout.framing import MAX_HEADER_BYTES
 from verl_core.rollout.handoff import HANDOFF_CONTENT_TYPE, HANDOFF_HEADER
@@ -84,6 +85,12 @@ def build_app(server: RolloutHttpServer) -> FastAPI:
         # streamed from the tensors' own memory in bounded chunks; starlette iterates it off the server loop
         headers = {"content-length": str(body.size)}
         return StreamingResponse(body.chunks(), media_type=TENSOR_CONTENT_TYPE, headers=headers)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        req = parse_json(ChatCompletionRequest, await read_body(request, limit))
+        out = await server.chat(req)
+        return Response(out.model_dump_json(exclude_unset=True), media_type="application/json")
 
     @app.post("/abort")
     async def abort(request: Request) -> AbortResponse:

@@ -8,13 +8,19 @@ by the server's timeouts; blocking engine work goes through `RolloutHttpServer._
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.errors import UnsupportedError
 from verl_core.rollout.protocol import GenerateRequest
 from verl_core.rollout.weights import WeightKind, WeightUpdate
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
+
+    from verl_core.rollout.chat import ChatCompletionRequest, ChatInputs
 
 __all__ = ["EngineHooks"]
 
@@ -32,6 +38,15 @@ class EngineHooks(abc.ABC):
     @abc.abstractmethod
     async def _engine_generate(self, request_id: str, request: GenerateRequest, params: Any) -> dict[str, Any]:
         """Serve one request; return the response fields except `request_id` and `weight_version`."""
+
+    async def _engine_chat(
+        self, request_id: str, request: ChatCompletionRequest, inputs: ChatInputs, params: Any
+    ) -> ChatCompletion:
+        """Serve one OpenAI chat request (`inputs`: its messages and decoded images; `params`: sampling parameters).
+
+        The default refuses: a backend that serves `/v1/chat/completions` overrides it.
+        """
+        raise UnsupportedError(f"{type(self).__name__} does not serve /v1/chat/completions")
 
     @abc.abstractmethod
     async def _engine_abort(self, request_ids: list[str]) -> None:

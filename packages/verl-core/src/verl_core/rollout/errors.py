@@ -12,6 +12,7 @@ __all__ = [
     "PayloadTooLargeError",
     "RolloutError",
     "ServerDeadError",
+    "UnsupportedError",
     "WeightSyncError",
 ]
 
@@ -69,6 +70,12 @@ class EngineError(RolloutError):
     """The engine raised while serving a valid request."""
 
     status_code = 500
+
+
+class UnsupportedError(RolloutError):
+    """The backend does not serve this route (e.g. `/v1/chat/completions` on a diffusion server)."""
+
+    status_code = 501
 
 
 class BadResponseError(RolloutError):

@@ -1,4 +1,4 @@
-"""`HFHttpServer`: the embedded LLM backend, transformers `generate` in-process (CPU or one GPU)."""
+"""`HFHttpServer`: the embedded LLM backend, transformers `generate` in-process (CPU or one GPU), VLM chat included."""
 
 from __future__ import annotations
 
@@ -7,11 +7,20 @@ import threading
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    AutoConfig,
+    AutoImageProcessor,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoTokenizer,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.chat import ChatCompletionRequest, ChatInputs, chat_completion
 from verl_core.rollout.devices import resolve_device
-from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncError
+from verl_core.rollout.errors import BadRequestError, ConflictError, NotReadyError, WeightSyncError
 from verl_core.rollout.protocol import GenerateRequest, TokenGenerateResponse
 from verl_core.rollout.sampling import LLMSamplingParams, parse_sampling_params
 from verl_core.rollout.server import RolloutHttpServer
@@ -38,6 +47,10 @@ class HFHttpServer(RolloutHttpServer):
     """Serve a causal LM with transformers `generate` on the server's engine thread.
 
     Requests run one at a time (the engine thread is single); abort stops a request at its next token.
+    `/v1/chat/completions` renders the messages with the tokenizer's chat template; a vision-language model (a config
+    with a `vision_config`, loaded with `AutoModelForImageTextToText`) also takes images, prepared by the folder's
+    image processor, each image's placeholder token repeated once per merged patch as Qwen-VL processors do
+    (`image_grid_thw` / `merge_size`). `n` answers are sampled one after another from one seed.
     `sleep(1)` moves the weights to host memory (a no-op on CPU), `sleep(2)` frees them and `wake_up`
     reloads the checkpoint, after which the weight version is 0 again. `update_weights` copies full
     tensors in place (names as in the model's `state_dict`) or loads LoRA tensors through peft; a rejected
@@ -57,6 +70,7 @@ class HFHttpServer(RolloutHttpServer):
         self._peft: Any = None
         self._peft_config: dict[str, Any] | None = None
         self._tokenizer: Any = None
+        self._image_processor: Any = None
         self._abort_flags: dict[str, threading.Event] = {}
         self._full_table: dict[str, torch.Tensor] = {}
         self._lora_pending: dict[str, torch.Tensor] = {}
@@ -69,15 +83,16 @@ class HFHttpServer(RolloutHttpServer):
 
     def _load_model(self) -> None:
         model_cfg = self.config.model
-        model = AutoModelForCausalLM.from_pretrained(
-            model_cfg.path, dtype=_DTYPES[model_cfg.dtype], trust_remote_code=model_cfg.trust_remote_code
-        )
+        remote = {"trust_remote_code": model_cfg.trust_remote_code}
+        vision = hasattr(AutoConfig.from_pretrained(model_cfg.path, **remote), "vision_config")
+        auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        model = auto.from_pretrained(model_cfg.path, dtype=_DTYPES[model_cfg.dtype], **remote)
         self._model = model.to(self._device).eval()
         self._peft, self._peft_config = None, None
         if self._tokenizer is None:
-            self._tokenizer = AutoTokenizer.from_pretrained(
-                model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code
-            )
+            self._tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer_path or model_cfg.path, **remote)
+        if vision and self._image_processor is None:
+            self._image_processor = AutoImageProcessor.from_pretrained(model_cfg.path, **remote)
 
     def _validate_sampling_params(self, params: dict[str, Any]) -> LLMSamplingParams:
         return parse_sampling_params(LLMSamplingParams, self.config.sampling, params)
@@ -110,6 +125,21 @@ class HFHttpServer(RolloutHttpServer):
             return {"finish_reason": "abort", "token_ids": [], "text": ""}
         if self._model is None:
             raise NotReadyError("weights are not loaded (asleep at level 2); call wake_up()")
+        with _RNG_LOCK:
+            if seed is not None:
+                torch.manual_seed(seed)
+            out, new, reason = self._sample(torch.tensor([ids], device=self._device), {}, params, flag)
+        fields: dict[str, Any] = {"finish_reason": reason, "token_ids": new}
+        fields["text"] = self._tokenizer.decode(new, skip_special_tokens=True)
+        if params.logprobs:
+            scores = self._model.compute_transition_scores(out.sequences, out.logits, normalize_logits=True)
+            fields["log_probs"] = scores[0].float().tolist()
+        return fields
+
+    def _sample(
+        self, input_ids: torch.Tensor, extra: dict[str, torch.Tensor], params: LLMSamplingParams, flag: threading.Event
+    ) -> tuple[Any, list[int], str]:
+        """One `generate` call (caller holds `_RNG_LOCK`); returns its output, the new token ids and why it stopped."""
         eos = list(params.stop_token_ids)
         if not params.ignore_eos and self._tokenizer.eos_token_id is not None:
             eos.append(self._tokenizer.eos_token_id)
@@ -117,10 +147,7 @@ class HFHttpServer(RolloutHttpServer):
         if params.temperature > 0:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0))
         model = self._peft if self._peft is not None else self._model
-        input_ids = torch.tensor([ids], device=self._device)
-        with _RNG_LOCK, torch.inference_mode():
-            if seed is not None:
-                torch.manual_seed(seed)
+        with torch.inference_mode():
             out = model.generate(
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),
@@ -129,21 +156,96 @@ class HFHttpServer(RolloutHttpServer):
                 stopping_criteria=StoppingCriteriaList([_StopOnAbort(flag)]),
                 return_dict_in_generate=True,
                 output_logits=params.logprobs,
+                **extra,
                 **kwargs,
             )
-        new = out.sequences[0, len(ids) :].tolist()
+        new = out.sequences[0, input_ids.shape[1] :].tolist()
         if new and new[-1] in eos:
             reason = "stop"
         elif len(new) >= params.max_tokens:
             reason = "length"
         else:
             reason = "abort" if flag.is_set() else "stop"
-        fields: dict[str, Any] = {"finish_reason": reason, "token_ids": new}
-        fields["text"] = self._tokenizer.decode(new, skip_special_tokens=True)
-        if params.logprobs:
-            scores = self._model.compute_transition_scores(out.sequences, out.logits, normalize_logits=True)
-            fields["log_probs"] = scores[0].float().tolist()
-        return fields
+        return out, new, reason
+
+    # ---- chat -----------------------------------------------------------------------------------
+
+    async def _engine_chat(
+        self, request_id: str, request: ChatCompletionRequest, inputs: ChatInputs, params: Any
+    ) -> Any:
+        flag = threading.Event()
+        self._abort_flags[request_id] = flag
+        try:
+            texts, reasons, prompt_len, new_len = await self._run_blocking(
+                self._chat_blocking, inputs, params, request.seed, request.n, flag
+            )
+        finally:
+            flag.set()  # a cancelled (timed-out) request stops at its next token
+            self._abort_flags.pop(request_id, None)
+        if "abort" in reasons:
+            raise ConflictError(f"chat request {request_id!r} was aborted", field="request_id")
+        model = request.model or self.config.model.path
+        return chat_completion(request_id, model, texts, reasons, prompt_len, new_len)
+
+    def _chat_blocking(
+        self, inputs: ChatInputs, params: LLMSamplingParams, seed: int | None, n: int, flag: threading.Event
+    ) -> tuple[list[str], list[str], int, int]:
+        if self._model is None:
+            raise NotReadyError("weights are not loaded (asleep at level 2); call wake_up()")
+        ids, extra = self._chat_prompt(inputs)
+        limit = self.config.max_model_len or getattr(self._model.config.get_text_config(), "max_position_embeddings", 0)
+        if limit and len(ids) + params.max_tokens > limit:
+            raise BadRequestError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context of {limit}",
+                field="max_tokens",
+            )
+        input_ids = torch.tensor([ids], device=self._device)
+        texts, reasons, new_len = [], [], 0
+        with _RNG_LOCK:
+            if seed is not None:
+                torch.manual_seed(seed)
+            for _ in range(n):
+                _, new, reason = self._sample(input_ids, extra, params, flag)
+                texts.append(self._tokenizer.decode(new, skip_special_tokens=True))
+                reasons.append(reason)
+                new_len += len(new)
+        return texts, reasons, len(ids), new_len
+
+    def _chat_prompt(self, inputs: ChatInputs) -> tuple[list[int], dict[str, torch.Tensor]]:
+        """Token ids of the rendered chat, and the image tensors `generate` takes beside them."""
+        path = self.config.model.path
+        if not getattr(self._tokenizer, "chat_template", None):
+            raise BadRequestError(f"the model at {path} has no chat template; use /generate", field="messages")
+        if inputs.images and self._image_processor is None:
+            raise BadRequestError(
+                f"the model at {path} is text-only (no vision_config); send text parts only", field="messages"
+            )
+        text = self._tokenizer.apply_chat_template(inputs.messages, add_generation_prompt=True, tokenize=False)
+        extra: dict[str, torch.Tensor] = {}
+        if inputs.images:
+            pixels = self._image_processor(images=inputs.images, return_tensors="pt")
+            grid, merge = pixels.get("image_grid_thw"), getattr(self._image_processor, "merge_size", None)
+            token_id = getattr(self._model.config, "image_token_id", None)
+            if grid is None or merge is None or token_id is None:
+                raise BadRequestError(
+                    f"images are served for Qwen-VL-style models (image_grid_thw, merge_size); {path} is "
+                    f"{type(self._model).__name__}",
+                    field="messages",
+                )
+            token = self._tokenizer.convert_ids_to_tokens(token_id)
+            pieces = text.split(token)
+            if len(pieces) - 1 != len(inputs.images):
+                raise BadRequestError(
+                    f"the chat template placed {len(pieces) - 1} image tokens for {len(inputs.images)} images",
+                    field="messages",
+                )
+            counts = (grid.prod(-1) // merge**2).tolist()
+            text = pieces[0] + "".join(token * count + rest for count, rest in zip(counts, pieces[1:]))
+            dtype = next(self._model.parameters()).dtype
+            extra = {
+                k: v.to(self._device, dtype=dtype if v.is_floating_point() else v.dtype) for k, v in pixels.items()
+            }
+        return self._tokenizer(text, add_special_tokens=False).input_ids, extra
 
     async def _engine_abort(self, request_ids: list[str]) -> None:
         for request_id in request_ids:
@@ -292,7 +394,7 @@ class HFHttpServer(RolloutHttpServer):
         return {n: table[n] for n in names}
 
     async def _engine_shutdown(self) -> None:
-        self._model, self._peft, self._tokenizer = None, None, None
+        self._model, self._peft, self._tokenizer, self._image_processor = None, None, None, None
         gc.collect()
 
     def _engine_metrics(self) -> dict[str, Any]:

@@ -18,10 +18,12 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import ValidationError
+from openai.types.chat import ChatCompletion
+from pydantic import BaseModel, ValidationError
 
 from verl_core.best_effort import best_effort
 from verl_core.config.rollout import RolloutConfig
+from verl_core.rollout.chat import ChatCompletionRequest, chat_inputs
 from verl_core.rollout.engine_hooks import EngineHooks
 from verl_core.rollout.engine_thread import EngineThread
 from verl_core.rollout.errors import (
@@ -42,6 +44,7 @@ __all__ = ["RolloutHttpServer", "ServerState"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+R = TypeVar("R", bound=BaseModel)
 
 
 class ServerState(str, enum.Enum):
@@ -59,10 +62,11 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
     """Engine-agnostic rollout server: FastAPI app on uvicorn plus Python lifecycle methods.
 
     Lifecycle: `launch` → (`generate` | `abort` | `sleep` → `wake_up` | `update_weights`)* → `shutdown`.
-    Routes: `GET /health`, `GET /ready`, `GET /metrics`, `POST /generate`, `/abort`, `/sleep`, `/wake_up`,
-    `/update_weights`, `/update_weights_shm`. Every engine call is bounded by a timeout from `RolloutConfig`; a hung
-    engine surfaces as `EngineTimeoutError` (HTTP 504). Weight sync (`update_weights`, `update_weights_shm`,
-    `served_weights`, `weight_version`) comes from `WeightSyncMixin` (`verl_core.rollout.server_weights`).
+    Routes: `GET /health`, `GET /ready`, `GET /metrics`, `POST /generate`, `/v1/chat/completions`, `/abort`, `/sleep`,
+    `/wake_up`, `/update_weights`, `/update_weights_shm`. Every engine call is bounded by a timeout from
+    `RolloutConfig`; a hung engine surfaces as `EngineTimeoutError` (HTTP 504). Weight sync (`update_weights`,
+    `update_weights_shm`, `served_weights`, `weight_version`) comes from `WeightSyncMixin`
+    (`verl_core.rollout.server_weights`).
 
     Subclasses implement the `_engine_*` hooks of `EngineHooks` and may set `request_model` / `response_model`.
 
@@ -144,6 +148,17 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
             EngineTimeoutError: no answer within `timeout_s` / `rollout.request_timeout_s`.
         """
         return await self._on_loop(self._generate_impl(request))
+
+    async def chat(self, request: ChatCompletionRequest | Mapping[str, Any]) -> ChatCompletion:
+        """Serve one OpenAI chat request (a `ChatCompletionRequest` or a dict of its fields) like `generate`.
+
+        Raises:
+            BadRequestError: an unknown field, a bad value or a malformed image (names the field).
+            NotReadyError: asleep, busy with a weight update, at capacity, or shut down.
+            UnsupportedError: the backend serves no chat (`_engine_chat` not implemented).
+            EngineTimeoutError: no answer within `rollout.request_timeout_s`.
+        """
+        return await self._on_loop(self._chat_impl(request))
 
     async def abort(self, request_ids: Iterable[str] | None = None) -> list[str]:
         """Abort these in-flight requests (all when None); return the ids that were in flight."""
@@ -281,19 +296,8 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
         return response
 
     async def _generate_checked(self, request: GenerateRequest | Mapping[str, Any]) -> GenerateResponse:
-        if not isinstance(request, self.request_model):
-            try:
-                request = self.request_model.model_validate(request)
-            except ValidationError as e:
-                message, field = validation_message(e)
-                raise BadRequestError(message, field=field) from None
-        if self._asleep:
-            raise NotReadyError("server is asleep; call wake_up() before generate")
-        ready, why = self.readiness()
-        if not ready:
-            raise NotReadyError(why)
-        if len(self._inflight) >= self.config.max_concurrent_requests:
-            raise NotReadyError(f"server at capacity ({self.config.max_concurrent_requests} requests in flight)")
+        request = self._validated(self.request_model, request)
+        self._admit()
         if request.prompt_ids is not None and len(request.prompt_ids) > self.config.max_prompt_len:
             raise BadRequestError(
                 f"prompt of {len(request.prompt_ids)} tokens exceeds rollout.max_prompt_len="
@@ -301,18 +305,67 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
                 field="prompt_ids",
             )
         request_id = request.request_id or uuid.uuid4().hex
-        if request_id in self._inflight:
-            raise ConflictError(f"request_id {request_id!r} is already in flight", field="request_id")
         params = self._validate_sampling_params(dict(request.sampling_params))
         timeout = min(request.timeout_s or self.config.request_timeout_s, self.config.request_timeout_s)
         version = self._weight_version
         start = time.perf_counter()
+        fields = await self._serve("generate", request_id, self._engine_generate(request_id, request, params), timeout)
+        return self.response_model(
+            request_id=request_id, weight_version=version, latency_s=time.perf_counter() - start, **fields
+        )
+
+    async def _chat_impl(self, request: ChatCompletionRequest | Mapping[str, Any]) -> ChatCompletion:
+        start = time.perf_counter()
+        try:
+            request = self._validated(ChatCompletionRequest, request)
+            self._admit()
+            inputs = chat_inputs(request)
+            params = self._validate_sampling_params(request.sampling_overrides())
+            request_id = request.request_id or f"chatcmpl-{uuid.uuid4().hex}"
+            coro = self._engine_chat(request_id, request, inputs, params)
+            answer = await self._serve("chat", request_id, coro, self.config.request_timeout_s)
+        except RolloutError as e:
+            self.metrics.count(f"chat_errors_{e.status_code}")
+            raise
+        self.metrics.observe_latency(time.perf_counter() - start)
+        self.metrics.count("chat_completions")
+        return answer
+
+    def _validated(self, model: type[R], request: R | Mapping[str, Any]) -> R:
+        """`request` as a `model`, validating a mapping; errors name the field."""
+        if isinstance(request, model):
+            return request
+        try:
+            return model.model_validate(request)
+        except ValidationError as e:
+            message, field = validation_message(e)
+            raise BadRequestError(message, field=field) from None
+
+    def _admit(self) -> None:
+        """Refuse a new request while asleep, not ready, or at `rollout.max_concurrent_requests`."""
+        if self._asleep:
+            raise NotReadyError("server is asleep; call wake_up() before generate")
+        ready, why = self.readiness()
+        if not ready:
+            raise NotReadyError(why)
+        if len(self._inflight) >= self.config.max_concurrent_requests:
+            raise NotReadyError(f"server at capacity ({self.config.max_concurrent_requests} requests in flight)")
+
+    async def _serve(self, op: str, request_id: str, work: Awaitable[T], timeout: float) -> T:
+        """Run one request's engine work as in-flight `request_id` within `timeout`; abort it in the engine on timeout.
+
+        Raises:
+            ConflictError: `request_id` is already in flight.
+            EngineTimeoutError: no answer within `timeout` (`rollout.request_timeout_s`).
+        """
+        if request_id in self._inflight:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise ConflictError(f"request_id {request_id!r} is already in flight", field="request_id")
         self._inflight[request_id] = asyncio.current_task()  # type: ignore[assignment]
         self._drained.clear()
         try:
-            fields = await self._timed(
-                "generate", "request_timeout_s", self._engine_generate(request_id, request, params), timeout
-            )
+            return await self._timed(op, "request_timeout_s", work, timeout)
         except EngineTimeoutError:
             with best_effort(logger, f"aborting timed-out request {request_id}"):  # stop the engine working on it
                 await asyncio.wait_for(self._engine_abort([request_id]), 1.0)
@@ -321,9 +374,6 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
             self._inflight.pop(request_id, None)
             if not self._inflight:
                 self._drained.set()
-        return self.response_model(
-            request_id=request_id, weight_version=version, latency_s=time.perf_counter() - start, **fields
-        )
 
     async def _abort_impl(self, request_ids: list[str] | None) -> list[str]:
         ids = list(self._inflight) if request_ids is None else [i for i in request_ids if i in self._inflight]

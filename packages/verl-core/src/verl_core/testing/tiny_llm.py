@@ -1,4 +1,4 @@
-"""Tiny random test models, no download: a Qwen2 causal LM folder with a local tokenizer, new weights, LoRA adapters."""
+"""Tiny random test models, no download: Qwen2 LM and Qwen2.5-VL folders with local tokenizers, weights, LoRAs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["TINY_WORDS", "build_tiny_llm", "random_lora", "random_state_dict"]
+__all__ = ["TINY_WORDS", "build_tiny_llm", "build_tiny_vlm", "random_lora", "random_state_dict"]
 
 _WORDS = (
     "the a an of to in and is are was be for on with as at by it this that from or not but what all were when "
@@ -18,6 +18,36 @@ _WORDS = (
     "same another know while last might us great old year off come since against go came right used take three"
 )
 TINY_WORDS = tuple(_WORDS.split())
+_VLM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                 "<|video_pad|>"]  # fmt: skip
+# a Qwen-style chat template: string content or a list of text and image parts, one image placeholder per image
+VLM_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _word_bpe(vocab_size: int, specials: list[str]) -> Any:
+    """A byte-level BPE trained on `TINY_WORDS`: the format AutoTokenizer expects for qwen2 models."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [" ".join(TINY_WORDS[i:] + TINY_WORDS[:i]) for i in range(0, len(TINY_WORDS), 7)]
+    core.train_from_iterator(corpus, trainer=trainer)
+    return core
 
 
 def build_tiny_llm(
@@ -32,21 +62,11 @@ def build_tiny_llm(
         vocab_size (`int`, *optional*, defaults to `384`): BPE vocabulary size (256 bytes + merges + 4 specials).
         seed (`int`, *optional*, defaults to `0`): seed of the random weights.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    # a byte-level BPE trained on a word list: the format AutoTokenizer expects for a qwen2 model
-    specials = ["<pad>", "<unk>", "<bos>", "<eos>"]
-    core = Tokenizer(models.BPE(unk_token=None))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    corpus = [" ".join(TINY_WORDS[i:] + TINY_WORDS[:i]) for i in range(0, len(TINY_WORDS), 7)]
-    core.train_from_iterator(corpus, trainer=trainer)
+    core = _word_bpe(vocab_size, ["<pad>", "<unk>", "<bos>", "<eos>"])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<bos>", eos_token="<eos>"
     )
@@ -68,6 +88,73 @@ def build_tiny_llm(
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     for p in model.parameters():  # wider than the default init, so outputs depend strongly on weights
+        torch.nn.init.normal_(p, std=0.5)
+    model.save_pretrained(out)
+    return out
+
+
+def build_tiny_vlm(path: str | Path, *, hidden_size: int = 32, seed: int = 0) -> Path:
+    """Write a random Qwen2.5-VL, its tokenizer with a chat template, and an image processor; return the folder.
+
+    The model is `Qwen2_5_VLForConditionalGeneration`, the image processor Qwen2-VL's (PIL backend); it resizes
+    every image to 28x28 .. 56x56 pixels (1 to 4 image tokens), so a chat with images runs in well under a second
+    on a CPU. `HFHttpServer` serves it (`AutoModelForImageTextToText`).
+
+    Args:
+        path (`str` or `Path`): output folder (created).
+        hidden_size (`int`, *optional*, defaults to `32`): width of the language model and of the vision tower.
+        seed (`int`, *optional*, defaults to `0`): seed of the random weights.
+    """
+    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    core = _word_bpe(384, _VLM_SPECIALS)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=_VLM_SPECIALS[1:],
+    )
+    tokenizer.chat_template = VLM_CHAT_TEMPLATE
+    tokenizer.save_pretrained(out)
+    # the PIL image processor: the default one needs torchvision, which verl-core does not depend on
+    images = Qwen2VLImageProcessorPil(
+        min_pixels=28 * 28, max_pixels=56 * 56, patch_size=14, merge_size=2, temporal_patch_size=2
+    )
+    images.save_pretrained(out)
+    vocab = core.get_vocab()
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": ((len(vocab) + 63) // 64) * 64,
+            "hidden_size": hidden_size,
+            "intermediate_size": hidden_size * 2,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 512,
+            "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]},  # sums to head_dim / 2
+            "bos_token_id": None,
+            "eos_token_id": vocab["<|im_end|>"],
+            "pad_token_id": vocab["<|endoftext|>"],
+            "tie_word_embeddings": False,
+        },
+        vision_config={
+            "depth": 1,
+            "hidden_size": hidden_size,
+            "intermediate_size": hidden_size * 2,
+            "num_heads": 2,
+            "out_hidden_size": hidden_size,
+            "fullatt_block_indexes": [0],
+        },
+        image_token_id=vocab["<|image_pad|>"],
+        video_token_id=vocab["<|video_pad|>"],
+        vision_start_token_id=vocab["<|vision_start|>"],
+    )
+    torch.manual_seed(seed)
+    model = Qwen2_5_VLForConditionalGeneration(config)
+    for p in model.parameters():  # wider than the default init, so answers depend strongly on weights and images
         torch.nn.init.normal_(p, std=0.5)
     model.save_pretrained(out)
     return out

@@ -95,8 +95,8 @@ def lora_request(name: str, int_id: int, path: str) -> Any:
     return LoRARequest(lora_name=name, lora_int_id=int_id, lora_path=path)
 
 
-async def mount_openai_routes(app: Any, engine: Any, engine_args: dict[str, Any], served_name: str) -> None:
-    """Mount vLLM's OpenAI-compatible app (`/v1/completions`, `/v1/chat/completions`, ...) under `/openai`.
+async def mount_openai_routes(app: Any, engine: Any, engine_args: dict[str, Any], served_name: str) -> Any:
+    """Mount vLLM's OpenAI-compatible app (`/v1/completions`, `/v1/chat/completions`, ...) under `/openai`; return it.
 
     Uses vLLM's `build_app` and `init_app_state` with arguments parsed by vLLM's own CLI parser
     (`make_arg_parser`): from `vllm.entrypoints.launchers.*` in 0.30, `vllm.entrypoints.openai.*` before.
@@ -120,3 +120,4 @@ async def mount_openai_routes(app: Any, engine: Any, engine_args: dict[str, Any]
     openai_app = build_app(args, **extra)
     await init_app_state(engine, openai_app.state, args, **extra)
     app.mount("/openai", openai_app)  # a mounted app's lifespan does not run; vLLM's only starts stat loggers
+    return openai_app

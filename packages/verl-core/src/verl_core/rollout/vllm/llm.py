@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from verl_core.rollout.chat import ChatCompletionRequest, ChatInputs, forward_chat_completion
+from verl_core.rollout.errors import NotReadyError
 from verl_core.rollout.protocol import GenerateRequest, TokenGenerateResponse
 from verl_core.rollout.sampling import LLMSamplingParams, parse_sampling_params
 from verl_core.rollout.vllm import _adapter
 from verl_core.rollout.vllm.base import BaseVLLMHttpServer
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
 
 __all__ = ["VLLMSamplingParams", "vLLMHttpServer"]
 
@@ -23,16 +28,35 @@ class vLLMHttpServer(BaseVLLMHttpServer):
     """Serve an LLM with vLLM `AsyncLLM` (token ids or text in, token ids, text and log-probs out).
 
     Besides the base routes it mounts vLLM's OpenAI-compatible app under `/openai` (`/openai/v1/completions`,
-    `/openai/v1/chat/completions`). Requires the `vllm` extra.
+    `/openai/v1/chat/completions`). The base route `/v1/chat/completions` checks the request as every backend does
+    (fields, images, readiness, capacity), then forwards it in-process to that app's own chat serving, bounded by
+    `rollout.request_timeout_s` (cancelling the forwarded call makes vLLM abort the request). Requires the `vllm`
+    extra.
     """
 
     response_model = TokenGenerateResponse
+    served_name = "verl"
+    _openai_app: Any = None
 
     async def _create_engine(self, engine_args: dict[str, Any]) -> Any:
         return _adapter.create_async_llm(engine_args)
 
     async def _add_routes(self, app: Any) -> None:
-        await _adapter.mount_openai_routes(app, self._engine, self._engine_args or {}, served_name="verl")
+        self._openai_app = await _adapter.mount_openai_routes(
+            app, self._engine, self._engine_args or {}, served_name=self.served_name
+        )
+
+    async def _engine_chat(
+        self, request_id: str, request: ChatCompletionRequest, inputs: ChatInputs, params: Any
+    ) -> ChatCompletion:
+        if self._openai_app is None:
+            raise NotReadyError("vLLM's OpenAI app is not mounted yet")
+        body = request.model_dump(exclude_none=True)
+        body.update(model=self.served_name, request_id=request_id)  # vLLM's chat takes `request_id` too
+        answer = await forward_chat_completion(self._openai_app, body)
+        if request.model:  # answer with the name the caller used, as the HF backend does
+            answer.model = request.model
+        return answer
 
     def _validate_sampling_params(self, params: dict[str, Any]) -> VLLMSamplingParams:
         return parse_sampling_params(VLLMSamplingParams, self.config.sampling, params)  # type: ignore[return-value]
