@@ -16,7 +16,7 @@ from PIL import Image
 
 from verl_core.config import RolloutConfig
 from verl_core.rollout.chat import ChatCompletionRequest, forward_chat_completion
-from verl_core.rollout.errors import BadRequestError
+from verl_core.rollout.errors import BadRequestError, NotReadyError
 from verl_core.rollout.hf import HFHttpServer
 from verl_core.testing.server_contract import run
 from verl_core.testing.tiny_llm import build_tiny_vlm
@@ -176,20 +176,44 @@ def test_chat_on_a_hung_engine_answers_504_within_the_timeout(vlm_path):
         run(server.shutdown())
 
 
-def test_forward_chat_completion_reads_an_openai_app_and_keeps_its_errors():
+def _fake_openai_app() -> FastAPI:
+    """An OpenAI-compatible app that answers with what it received (vLLM's mounted app in the real server)."""
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
     async def chat(body: dict) -> JSONResponse:
         if body["messages"][0]["content"] == "fail":
             return JSONResponse({"error": {"message": "bad prompt"}}, status_code=400)
+        seen = f"{body['model']} {body.get('request_id')} {body.get('max_tokens')} {body.get('seed')}"
         return JSONResponse({
-            "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+            "id": body.get("request_id", "chatcmpl-x"), "object": "chat.completion", "created": 1,
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": seen}}],
         })  # fmt: skip
 
-    request = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
-    answer = run(forward_chat_completion(app, {**request.model_dump(exclude_none=True), "model": "verl"}))
-    assert answer.choices[0].message.content == "ok" and answer.model == "verl"
+    return app
+
+
+def test_forward_chat_completion_reads_an_openai_app_and_keeps_its_errors():
+    app = _fake_openai_app()
+    answer = run(forward_chat_completion(app, {"model": "verl", "messages": [{"role": "user", "content": "hi"}]}))
+    assert answer.choices[0].message.content == "verl None None None" and answer.model == "verl"
     with pytest.raises(BadRequestError, match=r"answered 400: .*bad prompt"):
         run(forward_chat_completion(app, {"model": "verl", "messages": [{"role": "user", "content": "fail"}]}))
+
+
+def test_vllm_chat_forwards_the_checked_request_to_the_mounted_openai_app(monkeypatch):
+    from verl_core.rollout.chat import chat_inputs
+    from verl_core.rollout.vllm import vLLMHttpServer
+
+    monkeypatch.setattr(vLLMHttpServer, "_require_backend", lambda self: None)  # vllm is not needed to forward
+    server = vLLMHttpServer(RolloutConfig(model={"path": "/m"}, name="vllm"))
+    request = ChatCompletionRequest.model_validate(
+        {"model": "judge", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "seed": 5}
+    )
+    with pytest.raises(NotReadyError, match="not mounted"):
+        run(server._engine_chat("chatcmpl-1", request, chat_inputs(request), None))
+    server._openai_app = _fake_openai_app()
+    answer = run(server._engine_chat("chatcmpl-1", request, chat_inputs(request), None))
+    assert answer.choices[0].message.content == "verl chatcmpl-1 3 5"  # served name, our id, the sampling fields
+    assert answer.id == "chatcmpl-1" and answer.model == "judge"

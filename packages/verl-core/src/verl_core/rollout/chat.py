@@ -183,7 +183,9 @@ def chat_completion(
 ) -> ChatCompletion:  # fmt: skip
     """Build the OpenAI `ChatCompletion` answer: one assistant choice per generated text, and the token usage."""
     choices = [
-        Choice(index=i, finish_reason=reason, message=ChatCompletionMessage(role="assistant", content=text))
+        Choice(
+            index=i, finish_reason=reason, logprobs=None, message=ChatCompletionMessage(role="assistant", content=text)
+        )
         for i, (text, reason) in enumerate(zip(texts, finish_reasons, strict=True))
     ]
     usage = CompletionUsage(
