@@ -204,16 +204,7 @@ def flow_grpo_loss(inputs: PolicyLossInput, config: DiffusionActorConfig) -> Pol
         ValueError: `actor.use_kl_loss` is true but `inputs.ref_prev_sample_mean` is missing.
     """
     loss_cfg = config.diffusion_loss
-    kl = None
-    if config.use_kl_loss:
-        if inputs.ref_prev_sample_mean is None:
-            raise ValueError(
-                "ref_prev_sample_mean: actor.use_kl_loss is true but no reference means were given; "
-                "add compute_ref_log_prob's ref_prev_sample_mean to the batch"
-            )
-        kl = kl_penalty(
-            loss_cfg.kl_type, inputs.prev_sample_mean, inputs.ref_prev_sample_mean, inputs.std_dev_t, inputs.std
-        )
+    kl = reference_kl(config, inputs)
     return flow_grpo_policy_loss(
         inputs.log_prob,
         inputs.old_log_prob,
@@ -245,3 +236,22 @@ def _broadcast(std: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if std.ndim == 1 and like.ndim > 1 and std.shape[0] == like.shape[0]:
         std = std.view(-1, *([1] * (like.ndim - 1)))
     return std
+
+
+def reference_kl(config: DiffusionActorConfig, inputs: PolicyLossInput) -> torch.Tensor | None:
+    """The KL term to the reference policy when `actor.use_kl_loss` is on (None otherwise).
+
+    Raises:
+        ValueError: `actor.use_kl_loss` is true but `inputs.ref_prev_sample_mean` is missing.
+    """
+    if not config.use_kl_loss:
+        return None
+    if inputs.ref_prev_sample_mean is None:
+        raise ValueError(
+            "ref_prev_sample_mean: actor.use_kl_loss is true but no reference means were given; "
+            "add compute_ref_log_prob's ref_prev_sample_mean to the batch"
+        )
+    return kl_penalty(
+        config.diffusion_loss.kl_type, inputs.prev_sample_mean, inputs.ref_prev_sample_mean, inputs.std_dev_t,
+        inputs.std,
+    )  # fmt: skip

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from verl_omni.algos.flow_grpo import _upcast, flow_grpo_policy_loss, kl_penalty
+from verl_omni.algos.flow_grpo import _upcast, flow_grpo_policy_loss, reference_kl
 from verl_omni.algos.registry import PolicyLossInput, PolicyLossOutput, register_loss
 
 if TYPE_CHECKING:
@@ -163,16 +163,7 @@ def grpo_guard_loss(inputs: PolicyLossInput, config: DiffusionActorConfig) -> Po
             "transition means; the engine's compute_log_prob returns them for this loss mode"
         )
     loss_cfg = config.diffusion_loss
-    kl = None
-    if config.use_kl_loss:
-        if inputs.ref_prev_sample_mean is None:
-            raise ValueError(
-                "ref_prev_sample_mean: actor.use_kl_loss is true but no reference means were given; "
-                "add compute_ref_log_prob's ref_prev_sample_mean to the batch"
-            )
-        kl = kl_penalty(
-            loss_cfg.kl_type, inputs.prev_sample_mean, inputs.ref_prev_sample_mean, inputs.std_dev_t, inputs.std
-        )
+    kl = reference_kl(config, inputs)
     std_dev_t = inputs.std_dev_t.detach()
     sqrt_dt = inputs.std.detach().to(std_dev_t.dtype) / std_dev_t
     return grpo_guard_policy_loss(
