@@ -75,7 +75,7 @@ for phase in "$@"; do
                done ;;
     vllm) run gpu-vllm timeout -k 10 "${VLLM_TESTS_TIMEOUT:-1200}" python3 -m pytest -p no:cacheprovider -m gpu -v -rs \
             packages/verl-core/tests/rollout/test_gpu_backends.py packages/verl-omni/tests/rollout/test_vllm_omni_gpu.py ;;
-    vllm-trainer) run gpu-vllm-trainer python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k vllm_omni \
+    vllm-trainer) VERL_TEST_RAY_LOGS=1 run gpu-vllm-trainer timeout -k 10 "${VLLM_TRAINER_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k vllm_omni \
                     packages/verl-omni/tests/trainer/test_trainer_gpu.py ;;
     trainer-run-vllm) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-vllm timeout 560 python3 benchmarks/bench_trainer_run.py \
                         --device cuda --preset a --variants "${RUN_VLLM_VARIANTS:-compile,compile+vllm-omni}" \

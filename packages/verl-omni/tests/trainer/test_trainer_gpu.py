@@ -8,6 +8,8 @@ Run on a machine with CUDA GPUs (the 2-GPU cases skip below two GPUs):
 from __future__ import annotations
 
 import importlib.util
+import os
+import traceback
 
 import pytest
 import torch
@@ -28,7 +30,12 @@ _GPUS = [
 @pytest.fixture(scope="module")
 def ray_gpus():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=8, num_gpus=min(torch.cuda.device_count(), 2), include_dashboard=False, log_to_driver=False)
+    ray.init(
+        num_cpus=8,
+        num_gpus=min(torch.cuda.device_count(), 2),
+        include_dashboard=False,
+        log_to_driver=os.environ.get("VERL_TEST_RAY_LOGS") == "1",
+    )  # gpu_suite.sh vllm-trainer sets it
     yield ray
     ray.shutdown()
 
@@ -70,7 +77,7 @@ def test_gpu_trainer_on_vllm_omni_three_steps(ray_gpus, trainer_run, tmp_path):
         "actor_rollout_ref.rollout.enforce_eager=true",
     ]
     run = trainer_run(tmp_path, overrides)
-    assert run.error is None, run.error
+    assert run.error is None, "".join(traceback.format_exception(run.error))
     assert [row["rollout/weight_version"] for row in run.history] == [1.0, 2.0, 3.0]
     first = run.history[0]
     print("vllm_omni trainer step 1:", {k: v for k, v in first.items() if "logprob" in k or "clipfrac" in k})
