@@ -116,7 +116,11 @@ class _PipeView:
     def encode_prompt(self, *, prompt: list[str], max_sequence_length: int, **kwargs: Any) -> Any:
         """Qwen-Image: `(embeds, mask)`; SD3: diffusers' `(embeds, negative, pooled, negative pooled)`."""
         if self._name == "qwen_image":
-            return self._pipe.encode_prompt(prompt=prompt, max_sequence_length=max_sequence_length)
+            # vLLM-Omni refuses a prompt longer than `max_sequence_length`; diffusers (the actor's encoder)
+            # truncates it. Encode at the tokenizer's limit and cut here, so both sides see the same tokens.
+            limit = max(int(getattr(self._pipe, "tokenizer_max_length", 1024)), max_sequence_length)
+            embeds, mask = self._pipe.encode_prompt(prompt=prompt, max_sequence_length=limit)
+            return embeds[:, :max_sequence_length], mask[:, :max_sequence_length]
         pe, pooled = self._pipe.encode_prompt(prompt=prompt, prompt_2=None, prompt_3=None,
                                               max_sequence_length=max_sequence_length)  # fmt: skip
         npe = npooled = None
