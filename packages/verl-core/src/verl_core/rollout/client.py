@@ -70,6 +70,14 @@ class RolloutClient:
         headers = {HANDOFF_HEADER: "file"} if self.file_handoff else None
         return await self._post("/generate", json=dict(request), headers=headers, timeout=self.timeout_s + extra)
 
+    async def chat(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST /v1/chat/completions with an OpenAI chat request body; returns the answer as parsed JSON.
+
+        Bounded by `timeout_s`; the server's own errors come back as its `RolloutError` types (422 naming the field,
+        504 for a hung engine), an unreachable server as `ServerDeadError`.
+        """
+        return await self._post("/v1/chat/completions", json=dict(body))
+
     async def abort(self, request_ids: list[str] | None = None) -> list[str]:
         """POST /abort; returns the ids that were in flight."""
         return (await self._post("/abort", json={"request_ids": request_ids}))["aborted"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 
@@ -23,6 +23,7 @@ from verl_core.rollout.registry import get_backend
 __all__ = ["RolloutReplica", "RolloutRouter"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class RolloutRouter:
@@ -64,6 +65,22 @@ class RolloutRouter:
         Raises:
             ServerDeadError: every server is dead (the message lists the dead ranks).
         """
+        rank, response = await self._route(lambda client: client.generate(request))
+        return {**response, "server_rank": rank}
+
+    async def chat(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Serve an OpenAI chat request (`RolloutClient.chat`) on the least-loaded live server.
+
+        Returns:
+            `(server_rank, answer)`: the rank that served it and its `ChatCompletion` as parsed JSON.
+
+        Raises:
+            ServerDeadError: every server is dead (the message lists the dead ranks).
+        """
+        return await self._route(lambda client: client.chat(body))
+
+    async def _route(self, call: Callable[[RolloutClient], Awaitable[T]]) -> tuple[int, T]:
+        """Run `call` on the least-loaded live server, skipping (and marking) dead ones; return `(rank, result)`."""
         tried: set[int] = set()
         while True:
             rank = self._pick(tried)
@@ -71,7 +88,7 @@ class RolloutRouter:
                 raise ServerDeadError(f"no live rollout server left; dead ranks: {self._dead_text()}", rank=-1)
             self.outstanding[rank] += 1
             try:
-                response = await self.clients[rank].generate(request)
+                response = await call(self.clients[rank])
             except ServerDeadError as e:
                 self.mark_dead(rank, e.message)
                 tried.add(rank)
@@ -82,7 +99,7 @@ class RolloutRouter:
             finally:
                 self.outstanding[rank] -= 1
             self.served[rank] += 1
-            return {**response, "server_rank": rank}
+            return rank, response
 
     async def broadcast(self, method: str, *args: Any, **kwargs: Any) -> dict[int, Any]:
         """Call `method` of every live client concurrently; dead servers are marked and left out."""
@@ -227,6 +244,10 @@ class RolloutReplica:
     async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Route one request (see `RolloutRouter.generate`)."""
         return await self._router().generate(request)
+
+    async def chat(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Route one OpenAI chat request (see `RolloutRouter.chat`)."""
+        return await self._router().chat(body)
 
     async def sleep(self, level: int | None = None) -> dict[int, Any]:
         """Sleep every live server."""
