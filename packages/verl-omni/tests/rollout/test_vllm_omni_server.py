@@ -199,3 +199,22 @@ def test_refused_lora_adapter_is_checked_before_the_manager_can_evict_the_served
     assert added == []  # add_lora (which evicts first) was never called
     monkeypatch.setattr(lora, "load_tensor_adapter", lambda *args: None)
     assert fake.verl_omni_add_lora(4, "v4", {}, {"r": 1})["ok"] is True and added == [4]
+
+
+def test_align_adapter_renames_list_children_and_expands_all_linear(monkeypatch):
+    """diffusers' `attn.to_out.0` binds vLLM-Omni's `attn.to_out`; `all-linear` becomes the adapter's suffixes."""
+    from verl_omni.rollout.vllm_omni import lora
+
+    served = {"img_in", "transformer_blocks.0.attn.to_out", "transformer_blocks.0.attn.to_q",
+              "transformer_blocks.0.img_mod.1", "transformer_blocks.0.img_mlp.net.0.proj"}  # fmt: skip
+    monkeypatch.setattr(lora, "_layer_names", lambda pipeline: served)
+    tensors = {f"{m}.lora_{ab}.weight": object() for m in ["img_in", "transformer_blocks.0.attn.to_out.0",
+               "transformer_blocks.0.attn.to_q", "transformer_blocks.0.img_mod.1",
+               "transformer_blocks.0.img_mlp.net.0.proj", "unknown.0"] for ab in "AB"}  # fmt: skip
+    renamed, config = lora.align_adapter(object(), tensors, {"r": 4, "target_modules": "all-linear"})
+    modules = {k.rsplit(".lora_", 1)[0] for k in renamed}
+    assert modules == served | {"unknown.0"}  # `unknown.0` binds nothing: left for check_binding to name
+    assert config["target_modules"] == ["img_in", "img_mod.1", "proj", "to_out", "to_q", "unknown.0"]
+    assert set(renamed.values()) == set(tensors.values())  # same tensors, not copies
+    _, explicit = lora.align_adapter(object(), tensors, {"r": 4, "target_modules": ["to_q"]})
+    assert explicit["target_modules"] == ["to_q"]  # an explicit list is the user's: kept

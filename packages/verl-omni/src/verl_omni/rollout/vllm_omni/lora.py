@@ -27,6 +27,7 @@ __all__ = [
     "OmniTensorLoRARequest",
     "TensorLoRAPipelineMixin",
     "VLLMOmniHijack",
+    "align_adapter",
     "check_binding",
     "load_tensor_adapter",
     "tensor_lora_request",
@@ -210,6 +211,70 @@ def check_binding(pipeline: Any, lora_model: Any, target_modules: Any) -> dict[s
     return bound
 
 
+_LORA_SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_A.bias", ".lora_B.bias", ".lora_embedding_A",
+                  ".lora_embedding_B")  # fmt: skip
+
+
+def _layer_names(pipeline: Any) -> set[str]:
+    """Component-relative names of the LoRA-capable layers, plus the sub-projection names of packed layers."""
+    from vllm.lora.layers import BaseLayerWithLoRA
+    from vllm.model_executor.layers.linear import LinearBase
+
+    mapping = _packed_mapping(pipeline)
+    names: set[str] = set()
+    for component in _components(pipeline):
+        module = getattr(pipeline, component, None)
+        if module is None or not hasattr(module, "named_modules"):
+            continue
+        for rel, layer in module.named_modules():
+            if isinstance(layer, (LinearBase, BaseLayerWithLoRA)) and "base_layer" not in rel.split("."):
+                prefix, _, suffix = rel.rpartition(".")
+                names.add(rel)
+                names.update(f"{prefix}.{s}" if prefix else s for s in mapping.get(suffix, []))
+    return names
+
+
+def _split_lora_key(key: str) -> tuple[str, str]:
+    for suffix in _LORA_SUFFIXES:
+        if key.endswith(suffix):
+            return key[: -len(suffix)], suffix
+    return key, ""
+
+
+def _target_suffix(module: str) -> str:
+    """The shortest name suffix `target_modules` can match a module by (`to_q`; `img_mod.1` for numbered children)."""
+    parts = module.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 1 and parts[-1].isdigit() else parts[-1]
+
+
+def align_adapter(pipeline: Any, tensors: dict[str, Any], peft_config: dict[str, Any]) -> tuple[dict, dict]:
+    """A diffusers/PEFT-named adapter renamed to the served pipeline's layers, with explicit `target_modules`.
+
+    Two differences between a trainer's diffusers transformer and vLLM-Omni's are bridged, both as vLLM-Omni's own
+    weight loader bridges them: diffusers keeps an attention output projection in a list (`attn.to_out.0`) where
+    vLLM-Omni has the layer itself (`attn.to_out`), and PEFT's `target_modules="all-linear"` is a keyword, which
+    vLLM-Omni's manager would read as a regular expression matching nothing. The latter is replaced by the name
+    suffixes of the modules the adapter carries, so exactly those layers are wrapped. Names that still bind no
+    layer are left for `check_binding` to report.
+
+    Returns:
+        `(tensors, peft_config)`: renamed copies (the tensors themselves are not copied).
+    """
+    layers = _layer_names(pipeline)
+    renamed: dict[str, Any] = {}
+    for key, tensor in tensors.items():
+        module, suffix = _split_lora_key(key)
+        bare = module.removeprefix("base_model.model.").removeprefix("transformer.")
+        if suffix and bare not in layers and bare.endswith(".0") and bare[:-2] in layers:
+            key = module[: len(module) - 2] + suffix
+        renamed[key] = tensor
+    config = dict(peft_config)
+    if config.get("target_modules") == "all-linear":
+        modules = {_split_lora_key(k)[0] for k in renamed}
+        config["target_modules"] = sorted({_target_suffix(m) for m in modules})
+    return renamed, config
+
+
 def load_tensor_adapter(pipeline: Any, lora_request: Any, dtype: Any, expected: set[str] | None = None) -> Any:
     """`(LoRAModel, PEFTHelper)` built from a tensor request and checked against `pipeline`; None for other requests.
 
@@ -226,6 +291,7 @@ def load_tensor_adapter(pipeline: Any, lora_request: Any, dtype: Any, expected: 
     peft_config = getattr(lora_request, "peft_config", None)
     if not isinstance(peft_config, dict):
         raise ValueError(f"LoRA request {lora_request.lora_int_id}: lora_tensors given without a peft_config dict")
+    tensors, peft_config = align_adapter(pipeline, tensors, peft_config)
     helper = PEFTHelper.from_dict(dict(peft_config))
     check_target_modules(helper.target_modules, expected_modules(pipeline) if expected is None else expected)
     model = LoRAModel.from_lora_tensors(
