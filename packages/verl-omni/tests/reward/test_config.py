@@ -88,6 +88,24 @@ def test_verl_omni_multi_reward_recipe_loads():
             {"custom_reward_function": {"path": "r.py"}, "reward_functions": {"a": {"path": "a.py"}}},
             r"custom_reward_function\.path: expected null when reward_functions is set",
         ),
+        (
+            {"reward_functions": {"a": {"weight": 1.0}}},
+            r"reward_functions\.a\.path: expected a \.py file .*or set builtin",
+        ),
+        (
+            {"reward_functions": {"a": {"builtin": "jpeg"}}},
+            r"reward_functions\.a\.builtin: expected one of jpeg_compressibility",
+        ),
+        (
+            {"reward_functions": {"a": {"builtin": "http", "path": "a.py"}}},
+            r"reward_functions\.a\.path: expected null with builtin 'http'",
+        ),
+        (
+            {"reward_functions": {"a": {"builtin": "http", "name": "f"}}},
+            r"reward_functions\.a\.name: expected null with builtin 'http'",
+        ),
+        ({"reward_functions": {"a": {"builtin": "http", "weight": "heavy"}}}, r"reward_functions\.a\.weight"),
+        ({"reward_functions": {"a": {"builtin": "http", "wieght": 1}}}, r"reward_functions\.a\.wieght: unknown key"),
         ({"num_workers": 0}, r"num_workers: expected an int >= 1"),
         ({"timeout_s": 0}, r"timeout_s: expected a number of seconds > 0"),
         ({"aggregation": "mean"}, r"aggregation: expected one of 'weighted_sum'"),

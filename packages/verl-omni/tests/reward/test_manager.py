@@ -114,8 +114,8 @@ def test_weighted_sum_of_reward_functions(write_reward_file, make_images):
     with build_reward_manager(config) as manager:
         out = manager.score(_batch(make_images(2, 1)))
     assert out.scores.tolist() == [0.5 + 2.0 * 1, 0.5 + 2.0 * 2, 0.5 + 2.0 * 3]
-    assert out.extra == {"reward/one": [1.0, 1.0, 1.0], "reward/idx": [1.0, 2.0, 3.0], "idx/seen": [1, 1, 1]}
-    assert out.metrics() == {"reward/one": 1.0, "reward/idx": 2.0, "reward/idx/seen": 1.0}
+    assert out.terms == {"one": [1.0, 1.0, 1.0], "idx": [1.0, 2.0, 3.0]} and out.extra == {"idx/seen": [1, 1, 1]}
+    assert out.metrics() == {"reward/one/mean": 1.0, "reward/idx/mean": 2.0, "reward/idx/seen": 1.0}
 
 
 def test_registry_names_and_the_llm_managers():

@@ -85,16 +85,22 @@ class RewardOutput:
     Args:
         scores (`torch.Tensor`): float32 `(B,)`, one finite reward per image.
         extra (`dict[str, list]`): per-image extra values by name (from reward functions that return a dict
-            with more keys than `score`, or the terms of a multi-reward as `reward/<id>`); None where an
-            image has no value for the key.
+            with more keys than `score`; a multi-reward term's as `<id>/<key>`); None where an image has no
+            value for the key.
+        terms (`dict[str, list[float]]`): per-image score of each multi-reward term by id (unweighted), in
+            term order; empty for a single reward function.
     """
 
     scores: torch.Tensor
     extra: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+    terms: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     def metrics(self, prefix: str = "reward/") -> dict[str, float]:
-        """Mean of every numeric extra key (None values skipped), keys prefixed by `prefix` unless they have it."""
-        out = {}
+        """Per-step means: `<prefix><id>/mean` of each term, and every numeric extra key (None values skipped).
+
+        Extra keys are prefixed by `prefix` unless they have it.
+        """
+        out = {f"{prefix}{tid}/mean": sum(v) / len(v) for tid, v in self.terms.items() if v}
         for key, values in self.extra.items():
             nums = [float(v) for v in values if _is_number(v)]
             if nums and all(v is None or _is_number(v) for v in values):
@@ -106,7 +112,8 @@ class RewardOutput:
         """Join chunk outputs in order (keys missing from a chunk are None for its images)."""
         keys = list(dict.fromkeys(k for p in parts for k in p.extra))
         extra = {k: [v for p in parts for v in p.extra.get(k, [None] * len(p.scores))] for k in keys}
-        return RewardOutput(torch.cat([p.scores for p in parts]) if parts else torch.zeros(0), extra)
+        terms = {t: [v for p in parts for v in p.terms[t]] for t in (parts[0].terms if parts else {})}
+        return RewardOutput(torch.cat([p.scores for p in parts]) if parts else torch.zeros(0), extra, terms)
 
 
 def _is_number(v: Any) -> bool:

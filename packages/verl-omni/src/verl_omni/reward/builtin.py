@@ -15,9 +15,11 @@ import numpy as np
 import torch
 
 from verl_omni.reward.jpeg import jpeg_compressibility, jpeg_incompressibility
+from verl_omni.reward.loader import batched_reward
 
 __all__ = [
     "BUILTIN_IMAGE_SCORERS",
+    "BUILTIN_REWARD_FUNCTIONS",
     "check_builtin_data_sources",
     "default_compute_score_image",
     "default_compute_score_image_batch",
@@ -28,6 +30,27 @@ BUILTIN_IMAGE_SCORERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "jpeg_incompressibility": jpeg_incompressibility,
 }
 """`data_source` -> a batched scorer: uint8 `(B, 3, H, W)` images -> `(B,)` rewards."""
+
+BUILTIN_REWARD_FUNCTIONS: dict[str, tuple[str, str]] = {
+    "jpeg_compressibility": ("pkg://verl_omni.reward.builtin", "jpeg_compressibility_reward"),
+    "jpeg_incompressibility": ("pkg://verl_omni.reward.builtin", "jpeg_incompressibility_reward"),
+    "vlm_judge": ("pkg://verl_omni.reward.vlm_judge", "compute_score"),
+    "http": ("pkg://verl_omni.reward.http_scorer", "compute_score"),
+    "ocr": ("pkg://verl_omni.reward.ocr", "compute_score_ocr"),
+}
+"""`reward.reward_functions.<id>.builtin` name -> (`path`, `name`) of the reward function it loads."""
+
+
+@batched_reward
+def jpeg_compressibility_reward(solution_images: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """Batched reward function (`builtin: jpeg_compressibility`): `−size_kB / 500` per image, float64 `(B,)`."""
+    return jpeg_compressibility(solution_images)
+
+
+@batched_reward
+def jpeg_incompressibility_reward(solution_images: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """Batched reward function (`builtin: jpeg_incompressibility`): `+size_kB` per image, float64 `(B,)`."""
+    return jpeg_incompressibility(solution_images)
 
 
 def _route(data_source: Any) -> Callable[[torch.Tensor], torch.Tensor]:

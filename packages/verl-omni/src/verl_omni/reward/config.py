@@ -10,9 +10,11 @@ so that configs written for verl-omni load.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Literal
 
 from verl_core.config import BaseConfig, ConfigValueError
+from verl_omni.reward.builtin import BUILTIN_REWARD_FUNCTIONS
 
 __all__ = [
     "CustomRewardFunctionConfig",
@@ -63,30 +65,61 @@ class CustomRewardFunctionConfig(BaseConfig):
 class RewardFunctionConfig(BaseConfig):
     """`reward.reward_functions.<id>.*`: one term of a weighted multi-reward.
 
+    A term names its function either by `path` + `name` (a user file or module, as verl-omni does) or by
+    `builtin` (a name in `verl_omni.reward.builtin.BUILTIN_REWARD_FUNCTIONS`), not both.
+
     Args:
-        path (`str`): a `.py` file or `pkg://dotted.module`.
-        name (`str`): function name in it.
+        path (`str`, *optional*): a `.py` file or `pkg://dotted.module`.
+        name (`str`, *optional*): function name in `path`; defaults to `compute_score` (leave it unset with
+            `builtin`).
+        builtin (`str`, *optional*): a built-in reward function: `jpeg_compressibility`,
+            `jpeg_incompressibility`, `vlm_judge`, `http`, ...
         weight (`float`): weight of this term in the sum.
         required (`bool`): must stay true: a term that raises always stops training (verl-omni's `false`
             turned a failure into a silent 0, which this project does not do).
         reward_kwargs (`dict`): extra keyword arguments for this function only.
+
+    Raises:
+        ConfigValueError: neither or both of `path` and `builtin`, an unknown `builtin`, `name` with
+            `builtin`, a non-finite `weight`, or `required: false`.
     """
 
-    path: str = ""
-    name: str = "compute_score"
+    path: str | None = None
+    name: str | None = None
+    builtin: str | None = None
     weight: float = 1.0
     required: bool = True
     reward_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._require("path", bool(self.path), "a .py file or pkg://dotted.module")
-        self._require("name", bool(self.name), "a function name")
+        if self.builtin is None:
+            self._require(
+                "path", bool(self.path), f"a .py file or pkg://dotted.module, or set builtin ({_builtin_names()})"
+            )
+        else:
+            self._require("builtin", self.builtin in BUILTIN_REWARD_FUNCTIONS, f"one of {_builtin_names()}")
+            self._require("path", self.path is None, f"null with builtin {self.builtin!r}")
+            self._require("name", self.name is None, f"null with builtin {self.builtin!r}")
+        self._require("name", self.name is None or bool(self.name), "a function name")
+        self._require("weight", math.isfinite(self.weight), "a finite number")
         self._require(
             "required",
             self.required,
             "true (a reward function that raises stops training; failures are never scored 0)",
         )
+
+    @property
+    def function(self) -> tuple[str, str]:
+        """`(path, name)` of the function this term loads (`builtin` resolved)."""
+        if self.builtin is not None:
+            return BUILTIN_REWARD_FUNCTIONS[self.builtin]
+        assert self.path is not None  # __post_init__ checked it
+        return self.path, self.name or "compute_score"
+
+
+def _builtin_names() -> str:
+    return ", ".join(BUILTIN_REWARD_FUNCTIONS)
 
 
 @dataclasses.dataclass

@@ -26,11 +26,12 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["LoadedRewardFunction", "batched_reward", "load_reward_function"]
+__all__ = ["LoadedRewardFunction", "batched_reward", "checks_reward_kwargs", "load_reward_function"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _BATCHED_ATTR = "__verl_batched_reward__"
+_CHECK_KWARGS = "check_reward_kwargs"  # a module-level function a reward module may define (see below)
 PER_SAMPLE_ARGS = ("data_source", "solution_image", "ground_truth", "extra_info")
 BATCHED_ARGS = ("data_sources", "solution_images", "ground_truths", "extra_infos")
 
@@ -46,6 +47,17 @@ def batched_reward(fn: F) -> F:
     """Mark `fn` as batched: it is called once per chunk with lists (see the module docstring)."""
     setattr(fn, _BATCHED_ATTR, True)
     return fn
+
+
+def checks_reward_kwargs(check: F) -> F:
+    """Mark a module's `check_reward_kwargs(reward_kwargs)`: called at load time to check the function's kwargs.
+
+    The function must be named `check_reward_kwargs` and live in the reward function's module; it raises
+    `ValueError` (or `TypeError`) naming the bad kwarg, and loading re-raises it naming the config key.
+    """
+    if check.__name__ != _CHECK_KWARGS:
+        raise TypeError(f"checks_reward_kwargs: the checker must be named {_CHECK_KWARGS}, got {check.__name__}")
+    return check
 
 
 class LoadedRewardFunction:
@@ -111,6 +123,12 @@ def load_reward_function(
     batched = bool(getattr(fn, _BATCHED_ATTR, False)) or "solution_images" in params
     kwargs = dict(reward_kwargs or {})
     _check_signature(params, BATCHED_ARGS if batched else PER_SAMPLE_ARGS, kwargs, batched=batched, where=where)
+    check = getattr(module, _CHECK_KWARGS, None)
+    if callable(check):  # the module checks its own options now, not at the first step
+        try:
+            check(kwargs)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{key}.reward_kwargs.{e}") from e
     return LoadedRewardFunction(fn, name=f"{name} ({path})", batched=batched, reward_kwargs=kwargs)
 
 

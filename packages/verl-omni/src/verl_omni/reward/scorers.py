@@ -162,7 +162,8 @@ class FunctionScorer:
 class WeightedSumScorer:
     """`reward.aggregation: weighted_sum` over `reward.reward_functions`: score = Σ weight · term.
 
-    Extras: `reward/<id>` holds each term's per-image score; a term's own extras are `<id>/<key>`.
+    `RewardOutput.terms[<id>]` holds each term's per-image (unweighted) score, logged as `reward/<id>/mean`;
+    a term's own extras are `<id>/<key>`.
 
     Args:
         terms (`list[tuple[str, float, scorer]]`): `(id, weight, scorer)` per term, in config order.
@@ -179,13 +180,14 @@ class WeightedSumScorer:
         """Score `batch` with every term and sum them with their weights."""
         total = torch.zeros(len(batch), dtype=torch.float64)
         extra: dict[str, list[Any]] = {}
+        terms: dict[str, list[float]] = {}
         for tid, weight, scorer in self.terms:
             out = scorer(batch)
             total += weight * out.scores.to(torch.float64)
-            extra[f"reward/{tid}"] = out.scores.tolist()
+            terms[tid] = out.scores.tolist()
             for k, v in out.extra.items():
                 extra[f"{tid}/{k}"] = v
-        return RewardOutput(total.to(torch.float32), extra)
+        return RewardOutput(total.to(torch.float32), extra, terms)
 
 
 def build_scorer(config: RewardConfig) -> BuiltinScorer | FunctionScorer | WeightedSumScorer:
@@ -201,9 +203,10 @@ def build_scorer(config: RewardConfig) -> BuiltinScorer | FunctionScorer | Weigh
     if config.reward_functions:
         terms = []
         for tid, term in config.reward_functions.items():
+            path, name = term.function
             fn = load_reward_function(
-                term.path,
-                term.name,
+                path,
+                name,
                 reward_kwargs={**config.reward_kwargs, **term.reward_kwargs},
                 key=f"reward.reward_functions.{tid}",
             )
