@@ -1,7 +1,8 @@
-"""Log-prob pipelines (Qwen-Image, SD3) sharing one sampling loop that records trajectories."""
+"""Log-prob pipelines (Qwen-Image, SD3, FLUX.1) sharing one sampling loop that records trajectories."""
 
 from verl_omni.pipelines.config import DiffusionSamplingConfig
 from verl_omni.pipelines.logprob import (
+    FluxPipelineWithLogProb,
     LogProbPipelineMixin,
     QwenImagePipelineWithLogProb,
     StableDiffusion3PipelineWithLogProb,
@@ -13,12 +14,17 @@ from verl_omni.pipelines.sampling import (
     sample_with_logprob,
 )
 
-LOGPROB_PIPELINES = {"qwen_image": QwenImagePipelineWithLogProb, "sd3": StableDiffusion3PipelineWithLogProb}
+LOGPROB_PIPELINES = {
+    "qwen_image": QwenImagePipelineWithLogProb,
+    "sd3": StableDiffusion3PipelineWithLogProb,
+    "flux": FluxPipelineWithLogProb,
+}
 """Log-prob pipeline class per registered adapter name."""
 
 __all__ = [
     "LOGPROB_PIPELINES",
     "DiffusionSamplingConfig",
+    "FluxPipelineWithLogProb",
     "GenerationAborted",
     "LogProbPipelineMixin",
     "LogProbPipelineOutput",

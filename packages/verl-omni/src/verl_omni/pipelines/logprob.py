@@ -1,4 +1,4 @@
-"""`QwenImagePipelineWithLogProb` and `StableDiffusion3PipelineWithLogProb`: stock pipelines plus log-prob sampling."""
+"""The stock Qwen-Image, SD3 and FLUX pipelines plus `generate_with_logprob` (log-prob sampling)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,22 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
-from diffusers import QwenImagePipeline, StableDiffusion3Pipeline
+from diffusers import FluxPipeline, QwenImagePipeline, StableDiffusion3Pipeline
 
 from verl_omni.models.base import DiffusionModelBase
+from verl_omni.models.flux import FluxAdapter
 from verl_omni.models.qwen_image import QwenImageAdapter
 from verl_omni.models.sd3 import SD3Adapter
 from verl_omni.pipelines.config import DiffusionSamplingConfig
 from verl_omni.pipelines.sampling import LogProbPipelineOutput, sample_with_logprob
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler
 
-__all__ = ["LogProbPipelineMixin", "QwenImagePipelineWithLogProb", "StableDiffusion3PipelineWithLogProb"]
+__all__ = [
+    "FluxPipelineWithLogProb",
+    "LogProbPipelineMixin",
+    "QwenImagePipelineWithLogProb",
+    "StableDiffusion3PipelineWithLogProb",
+]
 
 
 class LogProbPipelineMixin:
@@ -85,3 +91,9 @@ class StableDiffusion3PipelineWithLogProb(LogProbPipelineMixin, StableDiffusion3
     """`StableDiffusion3Pipeline` with `generate_with_logprob` (plain CFG)."""
 
     adapter_class = SD3Adapter
+
+
+class FluxPipelineWithLogProb(LogProbPipelineMixin, FluxPipeline):
+    """`FluxPipeline` with `generate_with_logprob` (distilled guidance embedding, one forward per step)."""
+
+    adapter_class = FluxAdapter

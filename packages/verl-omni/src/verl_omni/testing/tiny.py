@@ -1,4 +1,4 @@
-"""Build complete random-weight diffusers pipeline folders (Qwen-Image, SD3) offline, from small configs.
+"""Build complete random-weight diffusers pipeline folders (Qwen-Image, SD3, FLUX.1) offline, from small configs.
 
 Every component (transformer, VAE, text encoder(s), tokenizer(s) trained in memory with `tokenizers`,
 scheduler) is created from a config with weights drawn from a fixed seed, saved with `save_pretrained`, and a
@@ -46,7 +46,7 @@ class TinyPreset:
     num_layers: int
     num_heads: int
     head_dim: int
-    rope_axes: tuple[int, int, int]  # Qwen-Image only; sums to head_dim
+    rope_axes: tuple[int, int, int]  # Qwen-Image and FLUX; sums to head_dim
 
 
 PRESETS: dict[str, TinyPreset] = {
@@ -64,10 +64,11 @@ def build_tiny_pipeline(
     seed: int = 0,
     torch_dtype: torch.dtype = torch.float32,
 ) -> pathlib.Path:
-    """Write a random-weight pipeline folder for `model` ("qwen_image" or "sd3") and return its path.
+    """Write a random-weight pipeline folder for `model` ("qwen_image", "sd3" or "flux") and return its path.
 
     Args:
-        model (`str`): `"qwen_image"` (`QwenImagePipeline`) or `"sd3"` (`StableDiffusion3Pipeline`).
+        model (`str`): `"qwen_image"` (`QwenImagePipeline`), `"sd3"` (`StableDiffusion3Pipeline`) or `"flux"`
+            (`FluxPipeline`, guidance-distilled like FLUX.1-dev).
         out_dir (`str` or `pathlib.Path`): the folder to create (parents included).
         preset (`str`, defaults to `"tiny"`): transformer size, one of `PRESETS`.
         seed (`int`, defaults to 0): every component's weights are drawn after `torch.manual_seed(seed + k)`.
@@ -329,4 +330,89 @@ def _build_sd3(preset: TinyPreset, seed: int) -> Any:
     )
 
 
-_BUILDERS = {"qwen_image": _build_qwen_image, "sd3": _build_sd3}
+# ---- FLUX.1 -------------------------------------------------------------------------------------------
+
+
+def _build_flux(preset: TinyPreset, seed: int) -> Any:
+    """FLUX.1-dev's shape: CLIP-L pooled + T5 sequence, double and single stream blocks, a guidance embedding."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    joint_dim, pooled_dim = 64, 32
+    tokenizer, tokenizer_2 = _clip_tokenizer(), _t5_tokenizer()
+    torch.manual_seed(seed + 10)
+    clip = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=pooled_dim,
+            intermediate_size=2 * pooled_dim,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    ).eval()
+    torch.manual_seed(seed + 12)
+    t5 = T5EncoderModel(
+        T5Config(
+            vocab_size=len(tokenizer_2),
+            d_model=joint_dim,
+            d_ff=128,
+            d_kv=16,
+            num_layers=2,
+            num_heads=4,
+            feed_forward_proj="gated-gelu",
+            pad_token_id=tokenizer_2.pad_token_id,
+            eos_token_id=tokenizer_2.eos_token_id,
+        )
+    ).eval()
+    torch.manual_seed(seed + 1)
+    transformer = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=64,
+        num_layers=preset.num_layers,
+        num_single_layers=preset.num_layers,
+        attention_head_dim=preset.head_dim,
+        num_attention_heads=preset.num_heads,
+        joint_attention_dim=joint_dim,
+        pooled_projection_dim=pooled_dim,
+        guidance_embeds=True,
+        axes_dims_rope=preset.rope_axes,
+    )
+    torch.manual_seed(seed + 2)
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4,
+        up_block_types=["UpDecoderBlock2D"] * 4,
+        block_out_channels=[16, 16, 32, 32],
+        layers_per_block=1,
+        latent_channels=16,
+        norm_num_groups=8,
+        scaling_factor=0.3611,
+        shift_factor=0.1159,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        base_image_seq_len=256,
+        base_shift=0.5,
+        max_image_seq_len=4096,
+        max_shift=1.15,
+        shift=3.0,
+        use_dynamic_shifting=True,
+    )
+    return FluxPipeline(
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=clip,
+        tokenizer=tokenizer,
+        text_encoder_2=t5,
+        tokenizer_2=tokenizer_2,
+        transformer=transformer,
+    )
+
+
+_BUILDERS = {"qwen_image": _build_qwen_image, "sd3": _build_sd3, "flux": _build_flux}
