@@ -4,10 +4,12 @@ Stable fixture names (other test folders, e.g. tests/engine, rely on them):
 
 - `tiny_qwen_image_path` -> `pathlib.Path` of a tiny random `QwenImagePipeline` folder (seed 0, fp32).
 - `tiny_sd3_path` -> `pathlib.Path` of a tiny random `StableDiffusion3Pipeline` folder (seed 0, fp32).
-- `tiny_pipeline_paths` -> `dict[str, pathlib.Path]` keyed by adapter name (`"qwen_image"`, `"sd3"`).
-- `tiny_qwen_image_pipe` / `tiny_sd3_pipe` -> the folders loaded as `QwenImagePipelineWithLogProb` /
-  `StableDiffusion3PipelineWithLogProb` (fp32, CPU, progress bars off). Session-scoped: do not mutate the
-  weights; load your own copy with `from_pretrained(path)` if a test changes them.
+- `tiny_flux_path` -> `pathlib.Path` of a tiny random guidance-distilled `FluxPipeline` folder (seed 0, fp32).
+- `tiny_pipeline_paths` -> `dict[str, pathlib.Path]` keyed by adapter name (`"qwen_image"`, `"sd3"`, `"flux"`).
+- `tiny_qwen_image_pipe` / `tiny_sd3_pipe` / `tiny_flux_pipe` -> the folders loaded as
+  `QwenImagePipelineWithLogProb` / `StableDiffusion3PipelineWithLogProb` / `FluxPipelineWithLogProb` (fp32, CPU,
+  progress bars off). Session-scoped: do not mutate the weights; load your own copy with `from_pretrained(path)`
+  if a test changes them.
 
 - `tiny_sampling_config` -> a `DiffusionSamplingConfig` for 64x64 images, 4 steps, n=2 (function scope).
 """
@@ -33,7 +35,9 @@ def tiny_pipeline_paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, p
     from verl_omni.testing import build_tiny_pipeline
 
     root = tmp_path_factory.mktemp("tiny_pipelines")
-    return {name: build_tiny_pipeline(name, root / name, preset="tiny", seed=0) for name in ("qwen_image", "sd3")}
+    return {
+        name: build_tiny_pipeline(name, root / name, preset="tiny", seed=0) for name in ("qwen_image", "sd3", "flux")
+    }
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +48,11 @@ def tiny_qwen_image_path(tiny_pipeline_paths: dict[str, pathlib.Path]) -> pathli
 @pytest.fixture(scope="session")
 def tiny_sd3_path(tiny_pipeline_paths: dict[str, pathlib.Path]) -> pathlib.Path:
     return tiny_pipeline_paths["sd3"]
+
+
+@pytest.fixture(scope="session")
+def tiny_flux_path(tiny_pipeline_paths: dict[str, pathlib.Path]) -> pathlib.Path:
+    return tiny_pipeline_paths["flux"]
 
 
 def _load(cls_name: str, path: pathlib.Path):
@@ -62,6 +71,11 @@ def tiny_qwen_image_pipe(tiny_qwen_image_path: pathlib.Path):
 @pytest.fixture(scope="session")
 def tiny_sd3_pipe(tiny_sd3_path: pathlib.Path):
     return _load("StableDiffusion3PipelineWithLogProb", tiny_sd3_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_flux_pipe(tiny_flux_path: pathlib.Path):
+    return _load("FluxPipelineWithLogProb", tiny_flux_path)
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@
 Key names follow verl-omni's `diffusion_trainer` schema (flat list in ref/legacy_keys/): `n`, `dtype`,
 `pipeline.*`, `algo.*`, `val_kwargs.*`, `external_lib`, `agent.default_agent_loop`, plus verl-core's server keys
 (timeouts, limits, binding, sleep level, engine sizing). Keys of features this project does not have (video
-`num_frames` / `frame_rate`, `aspect_ratio`, progressive SDE windows, non-contiguous windows, LLM sampling) are
-not accepted. `sampling_config(model)` and `val_sampling_config(model)` turn it into the
-`DiffusionSamplingConfig` of one training or validation generate call.
+`num_frames` / `frame_rate`, `aspect_ratio`, non-contiguous windows, LLM sampling) are not accepted.
+`sampling_config(model)` and `val_sampling_config(model)` turn it into the `DiffusionSamplingConfig` of one
+training or validation generate call.
 """
 
 from __future__ import annotations
@@ -74,12 +74,19 @@ class DiffusionRolloutAlgoConfig(BaseConfig):
         noise_level (`float`): `a` inside the SDE window.
         sde_type (`str`): `"sde"` (Flow-SDE) or `"cps"` (coefficients-preserving).
         sde_window_size (`int`, *optional*): K stochastic (trained) steps; null = all steps but the last.
-        sde_window_range (`list[int]`, *optional*): `[r0, r1]`; each training step draws one window start from
-            `{r0 .. r1 - K}` (`sde_window_seed`, step) and pins it for every request of that step. Null = `[0, N-1]`.
-            Unused without `sde_window_size` (as in old verl, whose scripts often set the range alone).
+        sde_window_range (`list[int]`, *optional*): `[r0, r1]`, the envelope of the window: each training step
+            places one window start in `{r0 .. r1 - K}` (`sample_strategy`) and pins it for every request of that
+            step. Null = `[0, N-1]`. Unused without `sde_window_size` (as in old verl, whose scripts often set the
+            range alone).
         sde_contiguous (`bool`): only `true` (contiguous windows) is implemented.
-        sample_strategy (`str`): only `"random"` (a window drawn per training step) is implemented.
-        sde_window_seed (`int`): seed of the per-step window draws.
+        sample_strategy (`str`): how the window moves over training steps (MixGRPO): `"random"` (a start drawn per
+            step from `sde_window_seed` and the step) or `"progressive"` (the window slides by K every
+            `iters_per_group` steps from `r0` and stays on the last position); see
+            `verl_omni.rollout.sde_window_start`.
+        iters_per_group (`int`): training steps per window position with `"progressive"` (>= 1).
+        sde_window_seed (`int`): seed of the `"random"` window draws.
+        init_same_noise (`bool`): DanceGRPO's shared initial noise: the `n` images of a prompt start from the same
+            x_T (the group's first row's draw), so they differ only through the SDE noise of the window.
         cps_logprob (`str`): `"exact"` or `"legacy"` (tempered cps log-prob of older releases); this project's key.
     """
 
@@ -88,8 +95,10 @@ class DiffusionRolloutAlgoConfig(BaseConfig):
     sde_window_size: int | None = None
     sde_window_range: list[int] | None = None
     sde_contiguous: bool = True
-    sample_strategy: Literal["random"] = "random"
+    sample_strategy: Literal["random", "progressive"] = "random"
+    iters_per_group: int = 1
     sde_window_seed: int = 0
+    init_same_noise: bool = False
     cps_logprob: Literal["exact", "legacy"] = "exact"
 
     def __post_init__(self) -> None:
@@ -99,6 +108,7 @@ class DiffusionRolloutAlgoConfig(BaseConfig):
         rng = self.sde_window_range
         self._require("sde_window_range", rng is None or (len(rng) == 2 and 0 <= rng[0] <= rng[1]), "null or [r0, r1]")
         self._require("sde_contiguous", self.sde_contiguous, "true (non-contiguous SDE windows are not implemented)")
+        self._require("iters_per_group", self.iters_per_group >= 1, "an int >= 1 (training steps per window position)")
 
 
 @dataclasses.dataclass
@@ -283,6 +293,23 @@ def _sampling(
         scale = 1.0 if guidance is None else guidance
     else:
         scale = true_cfg if guidance is None else guidance
+    window, steps, rng = algo["sde_window_size"] or 0, pipeline["num_inference_steps"], algo["sde_window_range"]
+    most = steps if window and rng is not None else steps - 1  # without a range the last step is never in it
+    if window > most:
+        raise ConfigValueError(
+            f"{window} SDE steps do not fit in {where}pipeline.num_inference_steps={steps} (at most {most}"
+            f"{'' if rng is not None else ': the last step is never trained'}); lower {where}algo.sde_window_size or "
+            f"raise {where}pipeline.num_inference_steps",
+            key=f"{where}algo.sde_window_size",
+            owner="DiffusionRolloutConfig",
+        )
+    if window and rng is not None and len(rng) == 2 and window > rng[1] - rng[0]:
+        raise ConfigValueError(
+            f"{window} SDE steps do not fit in {where}algo.sde_window_range={list(rng)} (at most {rng[1] - rng[0]}); "
+            f"lower {where}algo.sde_window_size or widen {where}algo.sde_window_range",
+            key=f"{where}algo.sde_window_size",
+            owner="DiffusionRolloutConfig",
+        )
     fields = {
         "n": n,
         "num_inference_steps": pipeline["num_inference_steps"],
@@ -295,6 +322,7 @@ def _sampling(
         "cps_logprob": algo["cps_logprob"],
         "sde_window_size": algo["sde_window_size"] or 0,
         "sde_window_range": algo["sde_window_range"] if algo["sde_window_size"] else None,
+        "init_same_noise": algo["init_same_noise"],
         **overrides,
     }
     try:

@@ -237,12 +237,24 @@ class DiffusersFSDPEngine:
         log_probs, means = [], []
         for micro in self._micro_batches(batch, micro_size):
             micro = self._to_device(micro)
+            rows, _ = _trained_rows(micro, k)  # DanceGRPO: only the rows that train step j (the others stay 0)
             lp, mu = [], []
             for j in range(k):
-                out = self._score(micro, j)
-                lp.append(out.log_prob)
+                if rows[j] is None:
+                    out = self._score(micro, j)
+                    lp.append(out.log_prob)
+                    if keep_mean:
+                        mu.append(out.prev_sample_mean)
+                    continue
+                lp.append(micro["log_probs"].new_zeros(micro.batch_size[0]))
                 if keep_mean:
-                    mu.append(out.prev_sample_mean)
+                    mu.append(micro["latents"][:, 0].new_zeros(micro["latents"][:, 0].shape))
+                if rows[j].numel():
+                    out = self._score(micro[rows[j]], j)
+                    idx = rows[j].to(lp[-1].device)
+                    lp[-1][idx] = out.log_prob.to(lp[-1].dtype)
+                    if keep_mean:
+                        mu[-1][idx] = out.prev_sample_mean.to(mu[-1].dtype)
             log_probs.append(torch.stack(lp, dim=1))
             if keep_mean:
                 means.append(torch.stack(mu, dim=1))
@@ -362,6 +374,7 @@ class DiffusersFSDPEngine:
         loss_fn = get_loss(loss_mode)
         k = batch["log_probs" if on_policy_old else "old_log_probs"].shape[1]
         own_old: list[torch.Tensor] = []  # on-policy: the detached log-probs of the update's own forwards
+        own_rollout: list[torch.Tensor] = []  # and the rollout's log-probs of the same rows
         acc: dict[str, torch.Tensor] = {}
         n_terms = 0
         grad_norms = []
@@ -373,35 +386,45 @@ class DiffusersFSDPEngine:
                 self.optimizer.zero_grad(set_to_none=True)
                 for micro in self._micro_batches(mini, self.config.ppo_micro_batch_size_per_gpu):
                     micro = self._to_device(micro, update=True)
-                    scale = micro.batch_size[0] / mini_size / k * (self.config.loss_scale_factor or 1.0)
-                    adv = micro["advantages"]
+                    # each row trains k_train of its k steps (all k, or DanceGRPO's subset `train_step_mask`): a
+                    # step's loss (a mean over its rows) is weighted by rows / mini_size / k_train, so the optimizer
+                    # sees the mean over samples and their trained steps
+                    rows, k_train = _trained_rows(micro, k)
+                    scale = (self.config.loss_scale_factor or 1.0) / mini_size / k_train
                     micro_old = []
                     for j in range(k):
-                        out = self._score(micro, j)
+                        part = micro if rows[j] is None else micro[rows[j]]
                         if on_policy_old:
-                            micro_old.append(out.log_prob.detach().float())
+                            micro_old.append(micro["log_probs"].new_full((micro.batch_size[0],), float("nan")))
+                        if part.batch_size[0] == 0:
+                            continue
+                        out = self._score(part, j)
+                        own = out.log_prob.detach().float()
+                        if on_policy_old:
+                            micro_old[j][slice(None) if rows[j] is None else rows[j].to(own.device)] = own
+                        adv = part["advantages"]
                         res = loss_fn(
                             PolicyLossInput(
                                 log_prob=out.log_prob,
-                                old_log_prob=micro_old[j] if on_policy_old else micro["old_log_probs"][:, j],
+                                old_log_prob=own if on_policy_old else part["old_log_probs"][:, j],
                                 advantages=adv[:, j] if adv.ndim == 2 else adv,
                                 prev_sample_mean=out.prev_sample_mean,
                                 std_dev_t=out.std_dev_t,
                                 std=out.std,
                                 ref_prev_sample_mean=(
-                                    micro["ref_prev_sample_mean"][:, j] if self.config.use_kl_loss else None
+                                    part["ref_prev_sample_mean"][:, j] if self.config.use_kl_loss else None
                                 ),
                                 old_prev_sample_mean=(
                                     None
                                     if not old_mean
                                     else out.prev_sample_mean.detach()
                                     if on_policy_old
-                                    else micro["old_prev_sample_mean"][:, j]
+                                    else part["old_prev_sample_mean"][:, j]
                                 ),
                             ),
                             self.config,
                         )
-                        (res.loss * scale).backward()
+                        (res.loss * (scale * part.batch_size[0])).backward()
                         _accumulate(acc, "pg_loss", res.pg_loss)
                         if res.kl is not None:
                             _accumulate(acc, "kl_loss", res.kl)
@@ -410,6 +433,7 @@ class DiffusersFSDPEngine:
                         n_terms += 1
                     if on_policy_old:
                         own_old.append(torch.stack(micro_old, dim=1))
+                        own_rollout.append(micro["log_probs"])  # in the update's (possibly shuffled) row order
                 lr = self.optimizer.param_groups[0]["lr"]  # the lr this optimizer step uses
                 grad_norms.append(self._clip_and_step())
         metrics = {
@@ -420,7 +444,12 @@ class DiffusersFSDPEngine:
         metrics["actor/lr"] = torch.tensor(lr)
         if "log_probs" in batch:
             old = torch.cat(own_old) if on_policy_old else batch["old_log_probs"]
-            diffs = rollout_consistency_metrics(old, batch["log_probs"].to(old.device))  # own_old is on the device
+            rollout = (torch.cat(own_rollout) if on_policy_old else batch["log_probs"]).to(old.device)
+            # with a step subset (DanceGRPO) only trained steps have old log-probs (own: NaN, recomputed: 0 elsewhere)
+            trained = ~torch.isnan(old)
+            if not on_policy_old and "train_step_mask" in batch.keys():  # noqa: SIM118 - a TensorDict's keys
+                trained = batch["train_step_mask"].to(old.device, torch.bool)
+            diffs = rollout_consistency_metrics(old[trained], rollout[trained])  # own_old is on the device
             metrics["actor/rollout_logprob_diff_mean"] = diffs["rollout_logprob_diff_mean"]
             metrics["actor/rollout_logprob_diff_max"] = diffs["rollout_logprob_diff_max"]
         return all_reduce_metrics(metrics, self.device)
@@ -511,6 +540,27 @@ def _fsdp_lazy_init(module: nn.Module) -> None:
     calls first; it exists in every torch this package supports (>= 2.6).
     """
     module._get_fsdp_state()._lazy_init()
+
+
+def _trained_rows(micro: TensorDict, k: int) -> tuple[list[torch.Tensor | None], int]:
+    """Per stored step `j`, the (CPU) indices of the rows of `micro` that train it, and the steps each row trains.
+
+    Without `train_step_mask` every row trains every step (`[None] * k`, `k`); with it (DanceGRPO,
+    `algorithm.timestep_fraction` < 1) row `i` trains step `j` where `train_step_mask[i, j]`.
+
+    Raises:
+        ValueError: the mask is not `(B, k)`, or its rows train different numbers of steps (or none).
+    """
+    if "train_step_mask" not in micro.keys():  # noqa: SIM118 - a TensorDict's keys
+        return [None] * k, k
+    mask = micro["train_step_mask"].to("cpu", torch.bool)
+    counts = mask.sum(dim=1)
+    if mask.shape[1:] != (k,) or bool((counts != counts[0]).any()) or int(counts[0]) < 1:
+        raise ValueError(
+            f"train_step_mask: expected ({mask.shape[0]}, {k}) bool with the same number >= 1 of trained steps per "
+            f"row, got shape {tuple(mask.shape)} and counts {sorted(set(counts.tolist()))}"
+        )
+    return [mask[:, j].nonzero().squeeze(1) for j in range(k)], int(counts[0])
 
 
 def _accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:

@@ -27,6 +27,9 @@ class DiffusionSamplingConfig(BaseConfig):
             defaults to `[0, N-1]`.
         sde_window_per_row (`bool`, defaults to False): draw one window per row from that row's generator
             (verl-omni behaviour) instead of one per call; needs per-row generators (`seed` or a list).
+        init_same_noise (`bool`, defaults to False): DanceGRPO's shared initial noise: the `n` rows of each prompt
+            start from the x_T of the prompt's first row (every row still draws its own, so the SDE noise of each
+            row is the same as without sharing).
         guidance_scale (`float`, defaults to 1.0): CFG weight (SD3 CFG / Qwen-Image true CFG); `<= 1` disables.
         negative_prompt (`str`, *optional*): negative prompt used when guidance is on; None = the model's
             default (`" "` for Qwen-Image as in its examples, `""` for SD3 as in FlowGRPO).
@@ -48,6 +51,7 @@ class DiffusionSamplingConfig(BaseConfig):
     sde_window_size: int = 0
     sde_window_range: list[int] | None = None
     sde_window_per_row: bool = False
+    init_same_noise: bool = False
     guidance_scale: float = 1.0
     negative_prompt: str | None = None
     max_sequence_length: int = 256

@@ -105,8 +105,10 @@ def sample_with_logprob(
     if n > 1:
         cond = cond.repeat_interleave(n, dim=0)
 
-    # 3. Prepare latents (float32) and the schedule
+    # 3. Prepare latents (float32) and the schedule; DanceGRPO shares each prompt's first x_T with its group
     latents = adapter.prepare_latents(batch, height, width, generator, device)
+    if config.init_same_noise and n > 1:
+        latents = latents[::n].repeat_interleave(n, dim=0)
     adapter.set_timesteps(scheduler, steps, height, width, device=device)
     timesteps = scheduler.timesteps
     sigmas = scheduler.sigmas

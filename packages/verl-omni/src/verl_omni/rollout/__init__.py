@@ -11,6 +11,7 @@ from verl_omni.rollout.agent_loop import (
     get_agent_loop,
     pin_sde_window,
     register_agent_loop,
+    sde_window_start,
 )
 from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
 from verl_omni.rollout.diffusers_server import DiffusersHttpServer
@@ -31,4 +32,5 @@ __all__ = [
     "get_agent_loop",
     "pin_sde_window",
     "register_agent_loop",
+    "sde_window_start",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "get_agent_loop",
     "pin_sde_window",
     "register_agent_loop",
+    "sde_window_start",
 ]
 
 _AGENT_LOOPS: dict[str, type] = {}
@@ -110,19 +111,70 @@ class DiffusionRolloutOutput:
     request_index: list[int] = dataclasses.field(default_factory=list)
 
 
-def pin_sde_window(sampling: DiffusionSamplingConfig, step: int, seed: int = 0) -> DiffusionSamplingConfig:
-    """Draw the SDE window of training step `step` once and pin it (`sde_window_range = [s, s + K]`).
+def sde_window_start(
+    step: int,
+    window_size: int,
+    window_range: Sequence[int],
+    *,
+    strategy: str = "random",
+    seed: int = 0,
+    iters_per_group: int = 1,
+) -> int:
+    """The SDE window start `s` of training step `step` (the first step is 1): MixGRPO's window schedule.
+
+    With `m = r1 - K` the last start inside the envelope `[r0, r1]`:
+
+    * `"random"`: `s = random.Random(seed + step).randint(r0, m)`, upstream's draw (both ends inclusive);
+    * `"progressive"`: `s = min(r0 + ⌊step / iters_per_group⌋ · K, m)`: the window slides by its own size every
+      `iters_per_group` steps, from the noisy end towards the clean end, and stays on the last position.
+
+    Args:
+        step (`int`): the training step (`global_steps`, 1 for the first).
+        window_size (`int`): K >= 1 (`rollout.algo.sde_window_size`).
+        window_range (`Sequence[int]`): the envelope `[r0, r1]` (`rollout.algo.sde_window_range`).
+        strategy (`str`, *optional*, defaults to `"random"`): `rollout.algo.sample_strategy`.
+        seed (`int`, *optional*, defaults to `0`): `rollout.algo.sde_window_seed` (random only).
+        iters_per_group (`int`, *optional*, defaults to `1`): `rollout.algo.iters_per_group` (progressive only).
+
+    Raises:
+        ValueError: K does not fit in the envelope, an unknown strategy, or `iters_per_group` < 1.
+    """
+    r0, r1 = int(window_range[0]), int(window_range[1])
+    last = r1 - window_size
+    if window_size < 1 or last < r0:
+        raise ValueError(
+            f"rollout.algo.sde_window_size: {window_size} steps do not fit in rollout.algo.sde_window_range "
+            f"[{r0}, {r1}]; use a window of at most {r1 - r0} steps or a wider range"
+        )
+    if strategy == "random":
+        return random.Random(seed + step).randint(r0, last)
+    if strategy == "progressive":
+        if iters_per_group < 1:
+            raise ValueError(f"rollout.algo.iters_per_group: expected an int >= 1, got {iters_per_group}")
+        return min(r0 + (step // iters_per_group) * window_size, last)
+    raise ValueError(f"rollout.algo.sample_strategy: expected 'random' or 'progressive', got {strategy!r}")
+
+
+def pin_sde_window(
+    sampling: DiffusionSamplingConfig,
+    step: int,
+    seed: int = 0,
+    *,
+    strategy: str = "random",
+    iters_per_group: int = 1,
+) -> DiffusionSamplingConfig:
+    """Place the SDE window of training step `step` once (`sde_window_start`) and pin it (`[s, s + K]`).
 
     Every request of a step then shares the window: per-request windows inflate the reward std and collapse
-    training (arch_and_perf.md B#8). The start `s` is uniform in `{r0 .. r1 - K}` from `random.Random((seed,
-    step))`, so a step's window depends only on the seed and the step (not on batching or request order). No
-    window (`sde_window_size == 0`) is returned unchanged.
+    training (arch_and_perf.md B#8). The start depends only on the schedule and the step (not on batching or
+    request order), so a resumed run places the same windows. The envelope is `sde_window_range`, or `[0, N-1]`
+    when null. No window (`sde_window_size == 0`) is returned unchanged.
     """
     k = sampling.sde_window_size
     if k == 0:
         return sampling
     r0, r1 = sampling.sde_window_range or (0, sampling.num_inference_steps - 1)
-    start = random.Random(f"sde-window/{seed}/{step}").randint(r0, r1 - k)
+    start = sde_window_start(step, k, (r0, r1), strategy=strategy, seed=seed, iters_per_group=iters_per_group)
     return sampling.evolve(sde_window_range=[start, start + k])
 
 

@@ -45,6 +45,12 @@ RUN_KEYS = (
     "actor_rollout_ref.model.target_modules",
     "actor_rollout_ref.rollout.n",
     "actor_rollout_ref.rollout.algo.sde_type",
+    "actor_rollout_ref.rollout.algo.sde_window_size",
+    "actor_rollout_ref.rollout.algo.sde_window_range",
+    "actor_rollout_ref.rollout.algo.sample_strategy",
+    "actor_rollout_ref.rollout.algo.iters_per_group",
+    "actor_rollout_ref.rollout.algo.sde_window_seed",
+    "actor_rollout_ref.rollout.algo.init_same_noise",
     "actor_rollout_ref.actor.diffusion_loss.loss_mode",
     "algorithm.adv_estimator",
     "data.train_files",
@@ -52,7 +58,8 @@ RUN_KEYS = (
     "data.seed",
 )
 """The settings a checkpoint records and a resume must match: the weights' shape (model, LoRA), what a step is
-(group size, SDE, loss, estimator) and where the prompt sampler's state points (prompt files, batch, seed)."""
+(group size, SDE and its window schedule, shared initial noise, loss, estimator) and where the prompt sampler's
+state points (prompt files, batch, seed)."""
 
 
 class CheckpointConflictError(ValueError):

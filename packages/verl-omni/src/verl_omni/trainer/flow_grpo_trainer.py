@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import pathlib
+import random
 import time
 from collections.abc import Iterator
 
@@ -21,6 +22,7 @@ import torch
 from tensordict import TensorDict
 
 from verl_omni.algos import compute_flow_grpo_advantages
+from verl_omni.algos.dance_grpo import timestep_subset_mask
 from verl_omni.config.actor import torch_dtype_name
 from verl_omni.data import iter_batches
 from verl_omni.pipelines import DiffusionSamplingConfig
@@ -48,9 +50,10 @@ class FlowGRPOTrainer:
     Features and their flags:
 
     * Group size and batch: `actor_rollout_ref.rollout.n` images per prompt, `data.train_batch_size` prompts.
-    * SDE window: `rollout.algo.sde_window_size` K trained steps, the window start drawn per step from
-      `rollout.algo.sde_window_range` (`pin_sde_window` with `rollout.algo.sde_window_seed` and the step) and
-      pinned for every request of the step.
+    * SDE window: `rollout.algo.sde_window_size` K trained steps, the window start placed per step inside
+      `rollout.algo.sde_window_range` by `rollout.algo.sample_strategy` (`random`: drawn from
+      `sde_window_seed` and the step; `progressive`: MixGRPO's window sliding by K every `iters_per_group` steps)
+      and pinned for every request of the step; the last start is checkpointed and checked on resume.
     * Colocated rollout: the servers sleep while the actor trains and wake for the weight sync
       (`rollout.free_cache_engine`; false keeps them awake).
     * Old log-probs: recomputed by the actor; or, when the update is on-policy (`actor.ppo_epochs` 1, one
@@ -91,6 +94,7 @@ class FlowGRPOTrainer:
         self.use_kl = config.actor_rollout_ref.actor.use_kl_loss
         self.free_cache = rollout.free_cache_engine
         self.step = 0
+        self.window_start: int | None = None  # the SDE window start of `self.step` (None: no window, or no step yet)
         self.weight_version = 0
         self._served_weights_checked = False  # `trainer.check_served_weights`: once per run, after the first sync
         self.history: list[dict[str, float]] = []
@@ -120,6 +124,7 @@ class FlowGRPOTrainer:
             components.actor.call("load_checkpoint", str(path / "actor"))
             components.prompts.load_state_dict(state["sampler"])
             self.step = int(state["step"])
+            self._resume_window(state.get("sde_window_start"))
             logger.info("resumed from %s (step %d)", path, self.step)
             # the servers start from the base weights: give them the resumed policy before the first rollout
             self._sync_weights(self.step)
@@ -151,6 +156,7 @@ class FlowGRPOTrainer:
 
                 # 2. rollout: n images per prompt, one SDE window for the whole step
                 sampling, start = self._step_sampling(step)
+                self.window_start = start if self.window else None
                 with _timer(timing, "gen"):
                     batch = c.rollout.generate(records, sampling, seed=self.seed + step * _STEP_SEED_STRIDE)
                 self._check_served_version(batch)
@@ -166,6 +172,10 @@ class FlowGRPOTrainer:
                 with _timer(timing, "reward"):
                     scored = c.reward.score_records(batch["images"], per_sample, step=step)
                 rewards, reward_metrics = scored.scores, scored.metrics()
+
+                # 4b. DanceGRPO: each sample trains a random subset of its stored SDE steps (timestep_fraction < 1)
+                if self.config.algorithm.timestep_fraction < 1 and "log_probs" in batch.keys():  # noqa: SIM118
+                    batch["train_step_mask"] = self._train_step_mask(batch, step)
 
                 # 5. group advantages (std over the (B, K) advantage matrix, as verl-omni)
                 with _timer(timing, "adv"):
@@ -228,8 +238,43 @@ class FlowGRPOTrainer:
         """The step's sampling config with the SDE window pinned to `[start, start + K]`, and `start`."""
         if not self.window:
             return self.train_sampling, 0
-        sampling = pin_sde_window(self.train_sampling, step, self.config.actor_rollout_ref.rollout.algo.sde_window_seed)
+        algo = self.config.actor_rollout_ref.rollout.algo
+        sampling = pin_sde_window(
+            self.train_sampling,
+            step,
+            algo.sde_window_seed,
+            strategy=algo.sample_strategy,
+            iters_per_group=algo.iters_per_group,
+        )
         return sampling, sampling.sde_window_range[0]
+
+    def _train_step_mask(self, batch: TensorDict, step: int) -> torch.Tensor:
+        """DanceGRPO's per-sample subset of the `K` stored steps (`algorithm.timestep_fraction`), `(B, K)` bool.
+
+        Drawn from the run seed and the step only, so a resumed run draws the same subsets.
+        """
+        seed = random.Random(f"timestep-subset/{self.seed}/{step}").getrandbits(63)
+        rows, k = batch["log_probs"].shape
+        return timestep_subset_mask(
+            rows, k, self.config.algorithm.timestep_fraction, torch.Generator().manual_seed(seed)
+        )
+
+    def _resume_window(self, saved: int | None) -> None:
+        """Restore the checkpointed window start; the schedule must place the checkpoint's step there again.
+
+        Raises:
+            ValueError: the window schedule (`rollout.algo.sample_strategy`, `sde_window_*`, `iters_per_group`) puts
+                the checkpoint's step elsewhere than the checkpoint recorded.
+        """
+        now = self._step_sampling(self.step)[1] if self.window and self.step > 0 else None
+        if saved is not None and now is not None and int(saved) != now:
+            raise ValueError(
+                f"actor_rollout_ref.rollout.algo.sample_strategy: the checkpoint of step {self.step} recorded the SDE "
+                f"window start {saved}, but this config's window schedule places step {self.step} at {now}; resume "
+                "with the checkpoint's sample_strategy / sde_window_size / sde_window_range / sde_window_seed / "
+                "iters_per_group, or start a new run in another trainer.default_local_dir"
+            )
+        self.window_start = now
 
     def _check_served_version(self, batch: TensorDict) -> None:
         """Every trajectory must come from the weights pushed last (a stale server would poison the update)."""
@@ -354,6 +399,7 @@ class FlowGRPOTrainer:
             "step": self.step,
             "sampler": c.prompts.state_dict(),
             "weight_version": self.weight_version,
+            "sde_window_start": self.window_start,  # MixGRPO's window position at this step (None: no window)
             "run": run_signature(self.config),  # a resume must match these settings (`CheckpointManager.check_resume`)
         }
         c.checkpoints.save(self.step, lambda path: c.actor.call("save_checkpoint", path), state)
