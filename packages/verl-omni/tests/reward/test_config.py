@@ -1,4 +1,4 @@
-"""`RewardConfig`: verl-omni's `reward.*` keys load; reward models and custom manager classes are refused."""
+"""`RewardConfig`: verl-omni's `reward.*` keys load; custom manager classes are refused."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_verl_omni_multi_reward_recipe_loads():
     [
         (
             {"reward_model": {"enable": True}},
-            r"reward_model\.enable: expected false: reward models are not implemented",
+            r"reward_model\.model_path: expected a model folder \(a vision-language model\) with enable=true",
         ),
         ({"sandbox_fusion": {"url": "http://x"}}, r"sandbox_fusion\.url: expected null"),
         (

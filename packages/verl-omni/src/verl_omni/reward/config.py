@@ -2,9 +2,8 @@
 
 Key names follow verl-omni's `diffusion_trainer` schema (`reward.num_workers`, `reward.reward_manager.*`,
 `reward.custom_reward_function.{path,name}`, `reward.reward_kwargs`, `reward.reward_functions.<id>.*`,
-`reward.aggregation`). A reward model (`reward.reward_model.enable=true`) and sandbox fusion are not
-implemented and are rejected with a message that says so; their other keys are accepted at any value
-so that configs written for verl-omni load.
+`reward.aggregation`, `reward.reward_model.*`: see `verl_omni.reward.reward_model`). Sandbox fusion is not
+implemented and is rejected with a message that says so.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import math
 from typing import Any, Literal
 
 from verl_core.config import BaseConfig, ConfigValueError
+from verl_omni.reward.reward_model import RewardModelConfig
 from verl_omni.reward.builtin import BUILTIN_REWARD_FUNCTIONS
 
 __all__ = [
@@ -161,31 +161,6 @@ class RewardManagerConfig(BaseConfig):
                 key="module.path",
                 owner=type(self).__name__,
             )
-
-
-@dataclasses.dataclass
-class RewardModelConfig(BaseConfig):
-    """`reward.reward_model.*`: a model-based scorer. Not implemented: `enable` must stay false.
-
-    The other keys (`enable_resource_pool`, `n_gpus_per_node`, `nnodes`, `model_path`, `rollout`) are
-    accepted and ignored while the reward model is disabled.
-    """
-
-    enable: bool = False
-    enable_resource_pool: bool = False
-    n_gpus_per_node: int = 8
-    nnodes: int = 0
-    model_path: str | None = None
-    rollout: dict[str, Any] | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._require(
-            "enable",
-            not self.enable,
-            "false: reward models are not implemented in verl-omni here (no generative / OCR reward model "
-            "server); score with a rule-based or custom reward function (reward.custom_reward_function)",
-        )
 
 
 @dataclasses.dataclass

@@ -122,7 +122,6 @@ async def compute_score(
     backoff_max_s: float = 30.0,
     max_concurrency: int = 4,
     headers: Mapping[str, str] | None = None,
-    **kwargs: Any,
 ) -> dict[str, list[Any]]:
     """Score a chunk with the reward service at `url` (batched reward function, `builtin: http`).
 
@@ -140,7 +139,6 @@ async def compute_score(
         backoff_max_s (`float`): the longest wait between attempts.
         max_concurrency (`int`): requests in flight at once.
         headers (`dict`, *optional*): extra HTTP headers (e.g. authorization).
-        **kwargs: other keyword arguments the trainer passes (`reward_router_address`, ...), unused.
 
     Returns:
         `{"score": [...], <extra key>: [...], ...}`, one value per image.

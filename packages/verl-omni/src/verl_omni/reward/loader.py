@@ -34,12 +34,14 @@ _BATCHED_ATTR = "__verl_batched_reward__"
 _CHECK_KWARGS = "check_reward_kwargs"  # a module-level function a reward module may define (see below)
 PER_SAMPLE_ARGS = ("data_source", "solution_image", "ground_truth", "extra_info")
 BATCHED_ARGS = ("data_sources", "solution_images", "ground_truths", "extra_infos")
+_REWARD_MODEL_ARGS = ("reward_router_address", "reward_model_tokenizer", "model_name")  # reward_model.REWARD_MODEL_ARGS
 
 #: verl / verl-omni module paths whose scorers live here under another name
 MODULE_ALIASES = {
     "verl_omni.utils.reward_score.jpeg_compressibility": "verl_omni.reward.jpeg",
     "verl.utils.reward_score.jpeg_compressibility": "verl_omni.reward.jpeg",
     "verl_omni.utils.reward_score": "verl_omni.reward.builtin",
+    "verl_omni.utils.reward_score.genrm_ocr": "verl_omni.reward.ocr",
 }
 
 
@@ -89,6 +91,7 @@ def load_reward_function(
     *,
     reward_kwargs: Mapping[str, Any] | None = None,
     key: str = "reward.custom_reward_function",
+    provided: tuple[str, ...] = (),
 ) -> LoadedRewardFunction:
     """Import `name` from `path` and check that it can be called the way the reward manager calls it.
 
@@ -97,6 +100,8 @@ def load_reward_function(
         name (`str`): the function's name in it.
         reward_kwargs (`dict`, *optional*): extra keyword arguments every call will get.
         key (`str`): the config key of this function, used in every message (`<key>.path`, `<key>.name`).
+        provided (`tuple[str]`, *optional*): other keyword arguments the caller passes when the function takes them
+            (an enabled reward model's `reward_router_address`, `reward_model_tokenizer`, `model_name`).
 
     Returns:
         The `LoadedRewardFunction`.
@@ -122,7 +127,9 @@ def load_reward_function(
         raise TypeError(f"{where}: cannot read its signature: {e}") from e
     batched = bool(getattr(fn, _BATCHED_ATTR, False)) or "solution_images" in params
     kwargs = dict(reward_kwargs or {})
-    _check_signature(params, BATCHED_ARGS if batched else PER_SAMPLE_ARGS, kwargs, batched=batched, where=where)
+    _check_signature(
+        params, BATCHED_ARGS if batched else PER_SAMPLE_ARGS, kwargs, batched=batched, where=where, provided=provided
+    )
     check = getattr(module, _CHECK_KWARGS, None)
     if callable(check):  # the module checks its own options now, not at the first step
         try:
@@ -139,6 +146,7 @@ def _check_signature(
     *,
     batched: bool,
     where: str,
+    provided: tuple[str, ...] = (),
 ) -> None:
     kind = "batched" if batched else "per-sample"
     form = f"{'compute_score(' + ', '.join(passed) + ', **kwargs)'}"
@@ -162,7 +170,7 @@ def _check_signature(
                 f"{where}: reward_kwargs {', '.join(unknown)} are passed but the function takes no such "
                 "parameter (add it or **kwargs)"
             )
-    given = set(passed) | set(reward_kwargs) | ({"prompts"} if batched else set())
+    given = set(passed) | set(reward_kwargs) | set(provided) | ({"prompts"} if batched else set())
     required = [
         n
         for n, p in params.items()
@@ -170,6 +178,12 @@ def _check_signature(
         and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         and n not in given
     ]
+    needs_model = [n for n in required if n in _REWARD_MODEL_ARGS]
+    if needs_model:
+        raise TypeError(
+            f"{where}: takes {', '.join(needs_model)}, which only an enabled reward model passes; set "
+            "reward.reward_model.enable=true and reward.reward_model.model_path"
+        )
     if required:
         raise TypeError(
             f"{where}: required parameters {', '.join(required)} are never passed (the {kind} form "

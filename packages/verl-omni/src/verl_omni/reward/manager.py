@@ -18,6 +18,7 @@ import torch
 from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput
 from verl_omni.reward.config import RewardConfig
 from verl_omni.reward.pool import RayRewardPool, RewardPool, ThreadRewardPool
+from verl_omni.reward.reward_model import RewardModelEndpoint
 from verl_omni.reward.scorers import build_scorer
 
 __all__ = [
@@ -80,6 +81,8 @@ class VisualRewardManager:
         pool (`RewardPool`, *optional*): the workers; by default a `ThreadRewardPool` (`reward.pool: thread`)
             or a `RayRewardPool` of `reward.num_workers` actors (`reward.pool: ray`, needs `ray.init()`).
         actor_options (`dict`, *optional*): extra Ray `.options(...)` for the reward actors.
+        reward_model (`RewardModelEndpoint`, *optional*): the running reward model (`reward.reward_model.enable`);
+            its address, tokenizer and model name reach the functions that take them.
 
     Building the manager imports and checks the reward function(s) in this process first, so a bad
     `reward.custom_reward_function.path`, a missing function or a wrong signature fails at start-up.
@@ -97,14 +100,15 @@ class VisualRewardManager:
         *,
         pool: RewardPool | None = None,
         actor_options: dict[str, Any] | None = None,
+        reward_model: RewardModelEndpoint | None = None,
     ) -> None:
         self.config = config
-        self.scorer = build_scorer(config)
+        self.scorer = build_scorer(config, reward_model=reward_model)
         if pool is None:
             if config.pool == "thread":
                 pool = ThreadRewardPool(self.scorer, config.num_workers)
             else:
-                pool = RayRewardPool(config, actor_options=actor_options)
+                pool = RayRewardPool(config, actor_options=actor_options, reward_model=reward_model)
         self.pool = pool
 
     def check_data_sources(self, data_sources: Iterable[str | None]) -> None:
@@ -174,7 +178,11 @@ class VisualRewardManager:
 
 
 def build_reward_manager(
-    config: RewardConfig, *, pool: RewardPool | None = None, actor_options: dict[str, Any] | None = None
+    config: RewardConfig,
+    *,
+    pool: RewardPool | None = None,
+    actor_options: dict[str, Any] | None = None,
+    reward_model: RewardModelEndpoint | None = None,
 ) -> VisualRewardManager:
     """The reward manager `reward.reward_manager.name` names, built from `config`.
 
@@ -182,4 +190,4 @@ def build_reward_manager(
         KeyError: an unknown manager name.
     """
     cls = get_reward_manager_class(config.reward_manager.name)
-    return cls(config, pool=pool, actor_options=actor_options)
+    return cls(config, pool=pool, actor_options=actor_options, reward_model=reward_model)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from verl_core.best_effort import best_effort
 from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput, _add_note
 from verl_omni.reward.config import RewardConfig
+from verl_omni.reward.reward_model import RewardModelEndpoint
 
 __all__ = ["RayRewardPool", "RewardPool", "RewardWorker", "RewardWorkerError", "ThreadRewardPool"]
 
@@ -99,13 +100,14 @@ class RewardWorker:
     Args:
         config (`RewardConfig`): the reward config (file paths already absolute).
         rank (`int`): the worker's index in its pool.
+        reward_model (`RewardModelEndpoint`, *optional*): the running reward model.
     """
 
-    def __init__(self, config: RewardConfig, rank: int) -> None:
+    def __init__(self, config: RewardConfig, rank: int, reward_model: RewardModelEndpoint | None = None) -> None:
         from verl_omni.reward.scorers import build_scorer
 
         self.rank = rank
-        self.scorer = build_scorer(config)
+        self.scorer = build_scorer(config, reward_model=reward_model)
 
     def ready(self) -> dict[str, Any]:
         """Where this worker runs: `rank`, `pid`, `node` (IP address)."""
@@ -159,6 +161,7 @@ class RayRewardPool:
         config (`RewardConfig`): `num_workers`, `num_cpus_per_worker` and `timeout_s` are read from it.
         actor_options (`dict`, *optional*): extra `.options(...)` for every actor (e.g. a scheduling strategy).
         start_timeout_s (`float`, *optional*): how long the actors may take to start; None = `reward.timeout_s`.
+        reward_model (`RewardModelEndpoint`, *optional*): the running reward model, passed to every worker.
 
     Raises:
         RuntimeError: Ray is not initialized.
@@ -173,6 +176,7 @@ class RayRewardPool:
         *,
         actor_options: Mapping[str, Any] | None = None,
         start_timeout_s: float | None = None,
+        reward_model: RewardModelEndpoint | None = None,
     ) -> None:
         import ray
 
@@ -189,7 +193,8 @@ class RayRewardPool:
         remote_cls = ray.remote(RewardWorker)
         options = {"num_cpus": config.num_cpus_per_worker, "max_restarts": 0, **(actor_options or {})}
         worker_config = _absolute_paths(config)
-        self.actors = [remote_cls.options(**options).remote(worker_config, rank) for rank in range(self.num_workers)]
+        self.actors = [remote_cls.options(**options).remote(worker_config, rank, reward_model)
+                       for rank in range(self.num_workers)]  # fmt: skip
         self._where: dict[int, dict[str, Any]] = {}
         refs = [a.ready.remote() for a in self.actors]
         start_timeout = config.timeout_s if start_timeout_s is None else start_timeout_s

@@ -18,6 +18,7 @@ from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutpu
 from verl_omni.reward.builtin import BUILTIN_IMAGE_SCORERS, check_builtin_data_sources
 from verl_omni.reward.config import RewardConfig
 from verl_omni.reward.loader import LoadedRewardFunction, load_reward_function
+from verl_omni.reward.reward_model import REWARD_MODEL_ARGS, RewardModelEndpoint
 
 __all__ = ["BuiltinScorer", "FunctionScorer", "WeightedSumScorer", "build_scorer"]
 
@@ -54,15 +55,27 @@ class FunctionScorer:
     """Runs a user reward function (per-sample or batched, sync or async) over a batch.
 
     Each function sees `extra_info` as a copy of the row's mapping with `prompt` added when absent; a
-    batched function that declares `prompts` (or `**kwargs`) also gets `prompts=[...]`.
+    batched function that declares `prompts` (or `**kwargs`) also gets `prompts=[...]`. With a reward model, a
+    function that declares `reward_router_address`, `reward_model_tokenizer` or `model_name` (or `**kwargs`) gets
+    them on every call, as verl passes them.
 
     Args:
         function (`LoadedRewardFunction`): from `load_reward_function`.
+        reward_model (`RewardModelEndpoint`, *optional*): the running reward model.
     """
 
-    def __init__(self, function: LoadedRewardFunction) -> None:
+    def __init__(self, function: LoadedRewardFunction, reward_model: RewardModelEndpoint | None = None) -> None:
         self.function = function
         self.name = function.name
+        self.reward_model = reward_model
+        self._model_kwargs: dict[str, Any] | None = None
+
+    def _call_kwargs(self) -> dict[str, Any]:
+        """`reward_kwargs` plus the reward model's arguments the function takes (its tokenizer loaded once)."""
+        if self._model_kwargs is None:
+            model = self.reward_model
+            self._model_kwargs = model.kwargs_for(self.function.fn) if model is not None else {}
+        return {**self.function.reward_kwargs, **self._model_kwargs}
 
     def check_data_sources(self, data_sources: Iterable[str | None]) -> None:
         """Nothing to check up front: a user function decides per call which sources it scores."""
@@ -81,7 +94,7 @@ class FunctionScorer:
                 solution_image=batch.images[i],
                 ground_truth=batch.ground_truths[i],
                 extra_info=infos[i],
-                **self.function.reward_kwargs,
+                **self._call_kwargs(),
             )
             for i in range(len(batch))
         ]
@@ -107,7 +120,7 @@ class FunctionScorer:
             solution_images=batch.images,
             ground_truths=list(batch.ground_truths),
             extra_infos=infos,
-            **self.function.reward_kwargs,
+            **self._call_kwargs(),
         )
         if self.function.accepts_prompts:
             kwargs.setdefault("prompts", list(batch.prompts))
@@ -190,16 +203,21 @@ class WeightedSumScorer:
         return RewardOutput(total.to(torch.float32), extra, terms)
 
 
-def build_scorer(config: RewardConfig) -> BuiltinScorer | FunctionScorer | WeightedSumScorer:
+def build_scorer(
+    config: RewardConfig, *, reward_model: RewardModelEndpoint | None = None
+) -> BuiltinScorer | FunctionScorer | WeightedSumScorer:
     """The scorer `reward.*` asks for; user functions are imported and their signatures checked here.
 
     Call it in the driver at start-up so a bad path, a missing function or a wrong signature stops the
-    run before training (each Ray reward worker builds its own copy the same way).
+    run before training (each Ray reward worker builds its own copy the same way). With
+    `reward.reward_model.enable`, functions may require the reward model's arguments (`REWARD_MODEL_ARGS`);
+    `reward_model` is where it runs (None while it is not started: building only checks the functions).
 
     Raises:
         FileNotFoundError, ImportError, AttributeError, TypeError: from `load_reward_function`, naming the
             config key and the file.
     """
+    provided = REWARD_MODEL_ARGS if config.reward_model.enable else ()
     if config.reward_functions:
         terms = []
         for tid, term in config.reward_functions.items():
@@ -209,16 +227,17 @@ def build_scorer(config: RewardConfig) -> BuiltinScorer | FunctionScorer | Weigh
                 name,
                 reward_kwargs={**config.reward_kwargs, **term.reward_kwargs},
                 key=f"reward.reward_functions.{tid}",
+                provided=provided,
             )
-            terms.append((tid, term.weight, FunctionScorer(fn)))
+            terms.append((tid, term.weight, FunctionScorer(fn, reward_model)))
         return WeightedSumScorer(terms)
     if config.uses_custom_function:
         custom = config.custom_reward_function
         assert custom.path is not None  # uses_custom_function checked it
         fn = load_reward_function(
-            custom.path, custom.name, reward_kwargs={**config.reward_kwargs, **custom.reward_kwargs}
+            custom.path, custom.name, reward_kwargs={**config.reward_kwargs, **custom.reward_kwargs}, provided=provided
         )
-        return FunctionScorer(fn)
+        return FunctionScorer(fn, reward_model)
     return BuiltinScorer()
 
 

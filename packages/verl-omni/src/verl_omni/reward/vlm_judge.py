@@ -155,21 +155,14 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _spec(kwargs: Mapping[str, Any]) -> JudgeSpec:
-    names = {f.name for f in dataclasses.fields(JudgeSpec)}
-    return JudgeSpec(**{k: v for k, v in kwargs.items() if k in names})
-
-
 @checks_reward_kwargs
 def check_reward_kwargs(reward_kwargs: Mapping[str, Any]) -> None:
-    """Check the parse and template options at start-up (raises `ValueError` naming the kwarg)."""
-    import inspect
+    """Check the parse and template options at start-up (raises `ValueError` naming the kwarg).
 
-    known = {f.name for f in dataclasses.fields(JudgeSpec)} | set(inspect.signature(compute_score).parameters)
-    unknown = sorted(set(reward_kwargs) - known)
-    if unknown:
-        raise TypeError(f"{unknown[0]}: not a vlm_judge option; known: {', '.join(sorted(known - {'options'}))}")
-    _spec(reward_kwargs)
+    Unknown keys are refused by the loader's signature check (`compute_score` takes no `**kwargs`).
+    """
+    names = {f.name for f in dataclasses.fields(JudgeSpec)}
+    JudgeSpec(**{k: v for k, v in reward_kwargs.items() if k in names})
 
 
 def image_data_url(image: torch.Tensor) -> str:
@@ -212,7 +205,13 @@ async def compute_score(
     max_retries: int = 2,
     max_concurrency: int = 16,
     api_key: str = "EMPTY",
-    **options: Any,
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+    system_prompt: str | None = None,
+    score_range: Sequence[float] = (0.0, 10.0),
+    score_pattern: str | None = None,
+    choices: Mapping[str, float] | None = None,
+    on_unparsable: str = "raise",
+    unparsable_score: float | None = None,
 ) -> dict[str, list[Any]]:
     """Judge a chunk of images (batched reward function, `builtin: vlm_judge`).
 
@@ -233,8 +232,13 @@ async def compute_score(
             connection errors, 429 and 5xx.
         max_concurrency (`int`): requests in flight at once.
         api_key (`str`): sent as a bearer token.
-        **options: `JudgeSpec`'s fields (`prompt_template`, `system_prompt`, `score_range`, `score_pattern`,
-            `choices`, `on_unparsable`, `unparsable_score`).
+        prompt_template (`str`): the user text (see `JudgeSpec`).
+        system_prompt (`str`, *optional*): a system message.
+        score_range (`[low, high]`): the judge's scale (score mode).
+        score_pattern (`str`, *optional*): regex whose first group is the score.
+        choices (`dict[str, float]`, *optional*): choice -> reward (choice mode).
+        on_unparsable (`str`): `"raise"` or `"score"`.
+        unparsable_score (`float`, *optional*): the reward of an unparsable answer with `on_unparsable: score`.
 
     Returns:
         `{"score": [...], "judge_unparsable": [0/1, ...], "judge_answer": [...]}`.
@@ -247,10 +251,15 @@ async def compute_score(
     import httpx
     import openai
 
-    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(JudgeSpec)})
-    if unknown:
-        raise TypeError(f"vlm_judge: unknown reward_kwargs {unknown}")
-    spec = _spec(options)
+    spec = JudgeSpec(
+        prompt_template=prompt_template,
+        system_prompt=system_prompt,
+        score_range=tuple(score_range),
+        score_pattern=score_pattern,
+        choices=choices,
+        on_unparsable=on_unparsable,
+        unparsable_score=unparsable_score,
+    )
     base_url = router_base_url(reward_router_address)
     n = solution_images.shape[0]
     texts = [

@@ -1,8 +1,9 @@
 """Build what the trainer drives from the config: pre-flight checks (no Ray), then Ray workers and services.
 
 `preflight` runs in seconds and fails before any worker starts: the model folder (a `tiny://` path is built once
-and cached), the prompt files, the trackers. `build_components` then starts or joins Ray, places one bundle per
-actor rank, and starts the actor ranks, the colocated rollout servers and the reward scorer.
+and cached), the prompt files, the trackers, the reward model folder. `build_components` then starts or joins Ray,
+places one bundle per actor rank, and starts the actor ranks, the colocated rollout servers, the reward model
+servers (`reward.reward_model.enable`) and the reward scorer.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.data import PromptDataset, PromptSampler
 from verl_omni.trainer.checkpoint import CheckpointManager, run_signature
 from verl_omni.trainer.config import DiffusionTrainerConfig
-from verl_omni.trainer.placement import ResourcePool, init_ray
+from verl_omni.trainer.placement import COLOCATED_SHARE, ResourcePool, init_ray
 from verl_omni.trainer.protocols import ActorRanks, MetricsTracker, PromptSource, RewardScorer, RolloutService
 from verl_omni.trainer.tracking import Tracking, check_loggers
 from verl_omni.trainer.workers import ActorGroup, ActorWorker
@@ -123,6 +124,7 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
     val_set = PromptDataset.from_config(config.data, "val") if config.data.val_files else []
     # the reward function(s) load here, in the driver, so a bad path or signature fails before any worker starts
     build_scorer(config.reward).check_data_sources({r.data_source for r in [*train_set, *val_set]})
+    _check_reward_model_path(config.reward.reward_model)
     folder = resolve_model_path(config.actor_rollout_ref.model.path)
     arr = config.actor_rollout_ref
     config = config.evolve(actor_rollout_ref=arr.evolve(model=arr.model.evolve(path=str(folder))))
@@ -149,6 +151,7 @@ class TrainerComponents:
     total_steps: int
     device: str
     release: Callable[[], None] = lambda: None
+    reward_model: Any = None  # a `RewardModelService` with `reward.reward_model.enable`
 
 
 def build_components(prepared: Prepared, *, write: Callable[[str], None] = print) -> TrainerComponents:
@@ -173,10 +176,15 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         actor_cfg = actor_cfg.evolve(optim=actor_cfg.optim.evolve(total_training_steps=total_steps))
 
     reward_cpus = config.reward.num_workers * config.reward.num_cpus_per_worker if config.reward.pool == "ray" else 0
+    rm = config.reward.reward_model
+    if rm.enable and not rm.colocated:  # one CPU per server of the reward model's own pool
+        reward_cpus += rm.nnodes * rm.n_gpus_per_node // rm.rollout.tensor_model_parallel_size
     started = init_ray(config, extra_cpus=math.ceil(reward_cpus) + 1)
     register_tensor_transport()  # batches reach the actor ranks as raw bytes, not torch's pickle
     pool = None
-    actor = rollout = None
+    actor = rollout = reward_model = None
+    # a colocated reward model shares each actor bundle with the actor rank and the rollout server: a third each
+    share = 1 / 3 if rm.colocated else COLOCATED_SHARE
     try:
         use_gpu = _use_gpu(config, ray.cluster_resources())
         device = "cuda" if use_gpu else "cpu"
@@ -185,7 +193,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         need_ref = actor_cfg.use_kl_loss and not arr.model.use_lora
         remote = ray.remote(ActorWorker)
         handles = [
-            remote.options(**pool.options(slot)).remote(
+            remote.options(**pool.options(slot, share=share)).remote(
                 arr.model,
                 actor_cfg,
                 arr.ref if need_ref else None,
@@ -207,8 +215,17 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         info = actor.call("init_engine", master["ip"], master["port"], **start)
         logger.info("actor ranks: %d on %s; %s", len(handles), device, info[0])
         server_config = served_rollout_config(arr, device)
-        rollout = ColocatedRollout(server_config, slots, use_gpu=use_gpu, threads=trainer.cpu_threads_per_worker)
-        reward = build_reward_manager(config.reward)
+        rollout = ColocatedRollout(
+            server_config, slots, use_gpu=use_gpu, threads=trainer.cpu_threads_per_worker, share=share
+        )
+        if rm.enable:
+            from verl_omni.trainer.reward_model import RewardModelService
+
+            reward_model = RewardModelService(
+                rm, device=device, slots=slots, share=share, threads=trainer.cpu_threads_per_worker
+            )
+        endpoint = reward_model.endpoint if reward_model is not None else None
+        reward = build_reward_manager(config.reward, reward_model=endpoint)
         tracker = Tracking(
             trainer.logger,
             pathlib.Path(trainer.run_dir),
@@ -218,7 +235,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
             write=write,
         )
     except BaseException:
-        for part in (rollout, actor):
+        for part in (reward_model, rollout, actor):
             if part is not None:
                 part.shutdown()
         if pool is not None:
@@ -228,6 +245,8 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         raise
 
     def release() -> None:
+        if reward_model is not None:
+            reward_model.shutdown()
         rollout.shutdown()
         actor.shutdown()
         pool.remove()
@@ -245,7 +264,24 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         total_steps=total_steps,
         device=device,
         release=release,
+        reward_model=reward_model,
     )
+
+
+def _check_reward_model_path(config: Any) -> None:
+    """A local `reward.reward_model.model_path` must exist (hub ids are left to the backend).
+
+    Raises:
+        FileNotFoundError: names the key and the path.
+    """
+    if not config.enable:
+        return
+    path = str(config.model_path)
+    local = path.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(path))
+    if local and not os.path.isdir(os.path.expanduser(path)):
+        raise FileNotFoundError(
+            f"reward.reward_model.model_path: {path} is not a folder; point it at a vision-language model folder"
+        )
 
 
 def _use_gpu(config: DiffusionTrainerConfig, resources: dict[str, float]) -> bool:

@@ -56,6 +56,9 @@ class FlowGRPOTrainer:
       and pinned for every request of the step; the last start is checkpointed and checked on resume.
     * Colocated rollout: the servers sleep while the actor trains and wake for the weight sync
       (`rollout.free_cache_engine`; false keeps them awake).
+    * Reward model: `reward.reward_model.enable` serves a vision-language model on verl-core rollout servers that
+      reward functions query (`reward_router_address`); colocated servers wake for each reward phase and sleep
+      after it (`reward.reward_model.rollout.free_cache_engine`); a server that dies stops the run, naming it.
     * Old log-probs: recomputed by the actor; or, when the update is on-policy (`actor.ppo_epochs` 1, one
       mini-batch per step), taken by the update from its own forwards with no separate pass
       (`algorithm.rollout_correction.fuse_on_policy_old_log_prob`, on by default); or the rollout's with
@@ -169,7 +172,7 @@ class FlowGRPOTrainer:
 
                 # 4. reward: one scalar per image
                 per_sample = [records[int(i)] for i in batch["prompt_index"]]
-                with _timer(timing, "reward"):
+                with _timer(timing, "reward"), self._reward_model_awake(f"the reward of step {step}"):
                     scored = c.reward.score_records(batch["images"], per_sample, step=step)
                 rewards, reward_metrics = scored.scores, scored.metrics()
 
@@ -378,7 +381,8 @@ class FlowGRPOTrainer:
             batch = c.rollout.generate(chunk, self.val_sampling, seed=seed)
             per_sample = [chunk[int(i)] for i in batch["prompt_index"]]
             images.append(batch["images"])
-            rewards.append(c.reward.score_records(batch["images"], per_sample, step=step).scores)
+            with self._reward_model_awake(f"the validation reward at step {step}"):
+                rewards.append(c.reward.score_records(batch["images"], per_sample, step=step).scores)
             offset += len(chunk)
         grid = torch.cat(images)
         scores = torch.cat(rewards).double()
@@ -463,6 +467,11 @@ class FlowGRPOTrainer:
                 close()
             except Exception as e:  # cleanup must reach every part
                 logger.warning("cleanup: %s", e)
+
+    def _reward_model_awake(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """The reward model's servers awake for `what` (`RewardModelService.awake`); nothing without a reward model."""
+        reward_model = self._components().reward_model
+        return reward_model.awake(what) if reward_model is not None else contextlib.nullcontext()
 
     def _components(self) -> TrainerComponents:
         if self.c is None:

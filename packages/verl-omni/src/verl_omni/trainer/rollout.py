@@ -59,6 +59,8 @@ class ColocatedRollout:
         slots (`list[Slot]`): the actor ranks' bundles; server `r` goes to `slots[r]`.
         use_gpu (`bool`): each server takes `COLOCATED_SHARE` of its bundle's GPU (else of its CPU only).
         threads (`int`, *optional*): torch CPU threads per server (`OMP_NUM_THREADS` of the server actors).
+        share (`float`, *optional*): share of its bundle's CPU and GPU each server takes (`COLOCATED_SHARE`; a third
+            when a colocated reward model shares the bundle too).
 
     Raises:
         RolloutServiceError: a server failed to start or did not start within `rollout.launch_timeout_s`.
@@ -71,6 +73,7 @@ class ColocatedRollout:
         *,
         use_gpu: bool,
         threads: int | None = None,
+        share: float = COLOCATED_SHARE,
     ) -> None:
         from verl_core.rollout.replica import RolloutReplica
         from verl_omni.rollout import get_agent_loop
@@ -85,8 +88,8 @@ class ColocatedRollout:
             use_gpu=use_gpu,
             name_prefix=f"verl_omni_rollout_{uuid.uuid4().hex[:8]}",
             placement=[(slot.placement_group, slot.bundle_index) for slot in slots],
-            num_cpus=COLOCATED_SHARE,
-            num_gpus=COLOCATED_SHARE if use_gpu else 0,
+            num_cpus=share,
+            num_gpus=share if use_gpu else 0,
             runtime_env=env,
             file_handoff=True,  # servers at a loopback address (one host) answer through /dev/shm, others HTTP
         )
