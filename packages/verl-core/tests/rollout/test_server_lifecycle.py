@@ -103,3 +103,33 @@ def test_shutdown_logs_why_the_engine_failed_to_stop(tiny_llm_path, caplog):
         "engine shutdown failed: EngineError: engine failed during shutdown: RuntimeError: engine refused to stop"
         in (caplog.text)
     )
+
+
+def test_idle_client_connection_outlives_uvicorn_default_keep_alive(tiny_llm_path):
+    """A pooled connection idle past uvicorn's 5 s default is still open: reusing it cannot race the server's close.
+
+    (Both sides at 5 s made a request sent at that moment fail with `ReadError`: the server looked dead.)
+    """
+    import asyncio
+
+    from verl_core.rollout.client import RolloutClient
+    from verl_core.rollout.net import CLIENT_KEEP_ALIVE_S, SERVER_KEEP_ALIVE_S
+
+    assert CLIENT_KEEP_ALIVE_S < SERVER_KEEP_ALIVE_S
+    server = HFHttpServer(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu"))
+    run(server.launch())
+
+    async def scenario():
+        client = RolloutClient(server.address)
+        try:
+            await client.generate({"prompt_ids": [4, 5], "sampling_params": {"max_tokens": 1}})
+            await asyncio.sleep(5.5)
+            pool = client._http._transport._pool
+            return [c for c in pool.connections if not c.has_expired()]
+        finally:
+            await client.aclose()
+
+    try:
+        assert run(scenario()), "the server closed the idle connection; the next request could race its close"
+    finally:
+        run(server.shutdown())

@@ -15,6 +15,7 @@ import torch
 from verl_core.rollout import errors
 from verl_core.rollout.errors import BadResponseError, EngineTimeoutError, RolloutError, ServerDeadError
 from verl_core.rollout.handoff import HANDOFF_CONTENT_TYPE, HANDOFF_HEADER, claim_handoff
+from verl_core.rollout.net import CLIENT_KEEP_ALIVE_S
 from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, decode_tensor_stream
 from verl_core.rollout.weights import WeightKind, encode_weight_stream
 
@@ -57,7 +58,11 @@ class RolloutClient:
         self.max_response_bytes = max_response_bytes
         self.file_handoff = file_handoff
         self._http = httpx.AsyncClient(
-            base_url=self.address, timeout=timeout_s, trust_env=False, verify=_default_ssl_context()
+            base_url=self.address,
+            timeout=timeout_s,
+            trust_env=False,
+            verify=_default_ssl_context(),
+            limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_S),
         )
 
     async def generate(self, request: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,22 @@ from pydantic import BaseModel, ValidationError
 
 from verl_core.rollout.errors import BadRequestError, PayloadTooLargeError
 
-__all__ = ["advertised_host", "bind_socket", "parse_json", "read_body", "validation_message"]
+__all__ = [
+    "CLIENT_KEEP_ALIVE_S",
+    "SERVER_KEEP_ALIVE_S",
+    "advertised_host",
+    "bind_socket",
+    "parse_json",
+    "read_body",
+    "validation_message",
+]
+
+CLIENT_KEEP_ALIVE_S = 15.0
+"""How long a client keeps an idle connection for reuse; well below `SERVER_KEEP_ALIVE_S`."""
+SERVER_KEEP_ALIVE_S = 75
+"""How long a server keeps an idle connection open. With both at the libraries' 5 s default, a client could send a
+request on a connection the server was closing at that moment: the request failed with `ReadError` and the server
+looked dead (seen on vLLM-Omni between a training step and validation)."""
 
 M = TypeVar("M", bound=BaseModel)
 

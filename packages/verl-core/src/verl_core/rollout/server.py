@@ -36,7 +36,7 @@ from verl_core.rollout.errors import (
 )
 from verl_core.rollout.handoff import HandoffFiles
 from verl_core.rollout.metrics import ServerMetrics
-from verl_core.rollout.net import advertised_host, bind_socket, validation_message
+from verl_core.rollout.net import SERVER_KEEP_ALIVE_S, advertised_host, bind_socket, validation_message
 from verl_core.rollout.protocol import GenerateRequest, GenerateResponse
 from verl_core.rollout.server_weights import WeightSyncMixin
 
@@ -272,7 +272,9 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
         sock = bind_socket(self.config.host, self.config.port)
         app = build_app(self)
         await self._add_routes(app)
-        uv_config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        uv_config = uvicorn.Config(
+            app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=SERVER_KEEP_ALIVE_S
+        )
         self._http = uvicorn.Server(uv_config)
         self._serve_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         while not self._http.started:
