@@ -46,6 +46,7 @@ def _grads(engine):
         pytest.param("tiny_qwen_image_pipe", 1.0, id="qwen"),
         pytest.param("tiny_qwen_image_pipe", 4.0, id="qwen-true-cfg"),
         pytest.param("tiny_sd3_pipe", 4.5, id="sd3-cfg"),
+        pytest.param("tiny_flux_pipe", 3.5, id="flux-guidance-embedding"),
     ],
 )
 def test_engine_log_probs_match_sampler_and_first_update_is_on_policy(
