@@ -1,4 +1,4 @@
-"""verl-core's server contract suite run against `DiffusersHttpServer` (full and LoRA updates; Qwen-Image and SD3)."""
+"""verl-core's server contract suite against `DiffusersHttpServer` (full and LoRA; Qwen-Image, SD3, FLUX)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,19 @@ class TestSD3LoRAServerContract(ServerContractSuite):
     @classmethod
     def backend(cls, tiny_sd3_path) -> ContractBackend:
         return diffusers_backend(tiny_sd3_path, "lora")
+
+
+@pytest.mark.slow
+class TestFluxServerContract(ServerContractSuite):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, tiny_flux_path) -> ContractBackend:
+        return diffusers_backend(tiny_flux_path)
+
+
+@pytest.mark.slow
+class TestFluxLoRAServerContract(ServerContractSuite):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def backend(cls, tiny_flux_path) -> ContractBackend:
+        return diffusers_backend(tiny_flux_path, "lora")
