@@ -51,3 +51,26 @@ def test_concat_keeps_terms_in_image_order():
     joined = RewardOutput.concat([a, b])
     assert joined.terms == {"x": [1.0, 3.0, 4.0], "y": [2.0, 5.0, 6.0]}
     assert joined.metrics() == {"reward/x/mean": 8.0 / 3, "reward/y/mean": 13.0 / 3}
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_terms_come_back_from_ray_reward_workers(make_images):
+    ray = pytest.importorskip("ray")
+    terms = {
+        "small": {"builtin": "jpeg_compressibility", "weight": 2.0},
+        "large": {"builtin": "jpeg_incompressibility", "weight": 0.25},
+    }
+    images = make_images(2, 3)
+    with build_reward_manager(RewardConfig(pool="thread", num_workers=1, reward_functions=terms)) as manager:
+        expected = manager.score(_batch(images))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        config = RewardConfig(pool="ray", num_workers=2, num_cpus_per_worker=0.5, timeout_s=60, reward_functions=terms)
+        with build_reward_manager(config) as manager:
+            out = manager.score(_batch(images), step=2)
+    finally:
+        ray.shutdown()
+    assert torch.equal(out.scores, expected.scores)
+    assert out.terms == expected.terms and out.metrics() == expected.metrics()
+    assert set(out.metrics()) == {"reward/small/mean", "reward/large/mean"}
