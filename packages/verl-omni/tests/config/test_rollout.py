@@ -80,6 +80,7 @@ def test_validation_sampling_takes_val_kwargs_over_the_training_keys():
         pytest.param("qwen_image", {"true_cfg_scale": 4.0}, 4.0, id="qwen-true-cfg"),
         pytest.param("sd3", {"guidance_scale": 4.5, "true_cfg_scale": 1.0}, 4.5, id="sd3-cfg"),
         pytest.param("sd3", {"guidance_scale": None, "true_cfg_scale": 1.0}, 1.0, id="sd3-null-is-off"),
+        pytest.param("flux", {"guidance_scale": 3.5, "true_cfg_scale": 1.0}, 3.5, id="flux-distilled-guidance"),
         pytest.param(None, {"guidance_scale": 3.0, "true_cfg_scale": 1.0}, 3.0, id="other-guidance"),
         pytest.param(None, {"guidance_scale": None, "true_cfg_scale": 2.0}, 2.0, id="other-true-cfg"),
     ],
@@ -94,6 +95,12 @@ def test_guidance_maps_per_model(model, pipeline, expected):
     [
         pytest.param("qwen_image", {"guidance_scale": 3.5}, "pipeline.guidance_scale", id="qwen-guidance"),
         pytest.param("sd3", {"true_cfg_scale": 4.0}, "pipeline.true_cfg_scale", id="sd3-true-cfg"),
+        pytest.param(
+            "flux",
+            {"true_cfg_scale": 4.0},
+            r"FLUX's distilled guidance .* is pipeline\.guidance_scale",
+            id="flux-true-cfg",
+        ),
     ],
 )
 def test_the_other_models_guidance_key_is_refused(model, pipeline, key):

@@ -32,7 +32,8 @@ __all__ = [
 ]
 
 #: which pipeline key carries the CFG weight of each model (see `DiffusionRolloutConfig.sampling_config`)
-GUIDANCE_KEY = {"qwen_image": "true_cfg_scale", "sd3": "guidance_scale"}
+GUIDANCE_KEY = {"qwen_image": "true_cfg_scale", "sd3": "guidance_scale", "flux": "guidance_scale"}
+_GUIDANCE_WHAT = {"sd3": "SD3's CFG weight", "flux": "FLUX's distilled guidance (its guidance embedding)"}
 
 
 @dataclasses.dataclass
@@ -45,8 +46,10 @@ class DiffusionPipelineConfig(BaseConfig):
         num_inference_steps (`int`): denoising steps N.
         true_cfg_scale (`float`): Qwen-Image's true CFG weight (norm-rescaled); 1 disables it.
         max_sequence_length (`int`): text tokens the prompt embeddings are padded to.
-        guidance_scale (`float`, *optional*): SD3's CFG weight; null = no CFG (1.0). Qwen-Image takes its CFG
-            from `true_cfg_scale` and refuses a non-null value (it has no guidance embedding).
+        guidance_scale (`float`, *optional*): SD3's CFG weight, or FLUX's distilled guidance (the value of its
+            guidance embedding, one forward per step; FLUX.1-dev's stock default is 3.5); null = 1.0 (no CFG).
+            Qwen-Image takes its CFG from `true_cfg_scale` and refuses a non-null value (it has no guidance
+            embedding).
     """
 
     height: int = 512
@@ -265,9 +268,10 @@ def _sampling(
     Guidance: Qwen-Image's `true_cfg_scale` and SD3's `guidance_scale` both become `guidance_scale` (the CFG weight
     the adapter applies: norm-rescaled true CFG for Qwen-Image, plain CFG for SD3). For Qwen-Image a non-null
     `pipeline.guidance_scale` is refused (no guidance embedding); for SD3 a `true_cfg_scale` other than 1 is refused
-    (SD3's CFG is `guidance_scale`). Other models (`model=None` or an external adapter) take `guidance_scale` when
-    set, else `true_cfg_scale`. A null `sde_window_size` becomes 0 (no window: all steps but the last), and then
-    `sde_window_range` is not passed on (it only places a window).
+    (SD3's CFG is `guidance_scale`); FLUX takes its distilled guidance from `guidance_scale` and refuses
+    `true_cfg_scale` likewise (its optional true CFG is not supported). Other models (`model=None` or an external
+    adapter) take `guidance_scale` when set, else `true_cfg_scale`. A null `sde_window_size` becomes 0 (no window:
+    all steps but the last), and then `sde_window_range` is not passed on (it only places a window).
     """
     from verl_core.config.errors import ConfigValueError
     from verl_omni.pipelines.config import DiffusionSamplingConfig
@@ -283,7 +287,8 @@ def _sampling(
         )
     if key == "guidance_scale" and true_cfg != 1.0:
         raise ConfigValueError(
-            f"SD3's CFG weight is {where}pipeline.guidance_scale; true_cfg_scale is Qwen-Image's, got {true_cfg!r}",
+            f"{_GUIDANCE_WHAT[model]} is {where}pipeline.guidance_scale; true_cfg_scale is Qwen-Image's, got "
+            f"{true_cfg!r}",
             key=f"{where}pipeline.true_cfg_scale",
             owner="DiffusionRolloutConfig",
         )
