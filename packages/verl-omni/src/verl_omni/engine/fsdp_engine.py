@@ -390,7 +390,6 @@ class DiffusersFSDPEngine:
                     # step's loss (a mean over its rows) is weighted by rows / mini_size / k_train, so the optimizer
                     # sees the mean over samples and their trained steps
                     rows, k_train = _trained_rows(micro, k)
-                    scale = (self.config.loss_scale_factor or 1.0) / mini_size / k_train
                     micro_old = []
                     for j in range(k):
                         part = micro if rows[j] is None else micro[rows[j]]
@@ -424,7 +423,8 @@ class DiffusersFSDPEngine:
                             ),
                             self.config,
                         )
-                        (res.loss * (scale * part.batch_size[0])).backward()
+                        scale = part.batch_size[0] / mini_size / k_train * (self.config.loss_scale_factor or 1.0)
+                        (res.loss * scale).backward()
                         _accumulate(acc, "pg_loss", res.pg_loss)
                         if res.kl is not None:
                             _accumulate(acc, "kl_loss", res.kl)
