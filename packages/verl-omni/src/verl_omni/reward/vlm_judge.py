@@ -244,8 +244,8 @@ async def compute_score(
         `{"score": [...], "judge_unparsable": [0/1, ...], "judge_answer": [...]}`.
 
     Raises:
-        ValueError: an unparsable answer with `on_unparsable: raise` (names the sample and the answer), an
-            unknown option, or no `reward_router_address`.
+        ValueError: an unparsable answer with `on_unparsable: raise` (names the image and quotes the answer), a
+            bad option (`JudgeSpec`), or no `reward_router_address`.
         openai.APIError: the server failed after the client's retries.
     """
     import httpx
