@@ -82,17 +82,18 @@ def test_flux_checkpoint_resume_is_bit_identical(make_engine, tiny_flux_path, fl
 @pytest.mark.parametrize("loss_mode", registered_losses())
 def test_flux_every_registered_loss_mode_updates_the_weights(make_engine, tiny_flux_path, tiny_flux_pipe, loss_mode):
     spec = loss_spec(loss_mode)
-    if spec.trains_on == "pairs":
-        pytest.skip("the engine has no update path for pair losses yet (trains_on='pairs')")
     actor = _actor(mini=2, micro=2, diffusion_loss={"loss_mode": loss_mode})
     engine = make_engine(path=tiny_flux_path, actor=actor, model={"lora_rank": 4, "lora_alpha": 8})
-    if spec.trains_on == "clean":
+    if spec.trains_on == "transitions":
+        traj = sample_trajectory(tiny_flux_pipe, guidance_scale=GUIDANCE)
+    else:
         traj = sample_trajectory(tiny_flux_pipe, guidance_scale=GUIDANCE, calculate_log_probs=False)
         traj["train_timesteps"] = traj["timesteps"][:, :2]
-    else:
-        traj = sample_trajectory(tiny_flux_pipe, guidance_scale=GUIDANCE)
     traj = traj[:2]  # one prompt's group: on-policy needs the local batch to be one mini-batch
     traj["advantages"] = torch.tensor([1.0, -1.0])
+    if spec.trains_on == "pairs":  # row 0 chosen, row 1 rejected, sharing ε and σ
+        noise = torch.randn(traj["latents_clean"][:1].shape, generator=torch.Generator().manual_seed(0))
+        traj["dpo_noise"], traj["dpo_sigma"] = noise.expand(2, *noise.shape[1:]).clone(), torch.tensor([0.6, 0.6])
     before = _params(engine)
     metrics = engine.update_policy(traj)
     assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"])) and metrics["actor/grad_norm"] > 0, metrics
