@@ -1,10 +1,19 @@
 """FlowGRPO math on tensors: group advantages, the registered losses (clipped surrogate + KL), their metrics.
 
 This layer sits below the engine and the trainer and imports neither. The engine takes its loss from the
-registry (`get_loss(actor.diffusion_loss.loss_mode)`); `"flow_grpo"` and `"grpo_guard"` are registered on import.
+registry (`get_loss(actor.diffusion_loss.loss_mode)`); `"flow_grpo"`, `"grpo_guard"` and `"diffusion_nft"` are
+registered on import.
 """
 
 from verl_omni.algos.advantages import compute_flow_grpo_advantages, group_index
+from verl_omni.algos.diffusion_nft import (
+    apply_adv_mode,
+    diffusion_nft_loss,
+    diffusion_nft_policy_loss,
+    nft_optimality,
+    old_policy_decay,
+    select_train_timesteps,
+)
 from verl_omni.algos.flow_grpo import (
     flow_grpo_loss,
     flow_grpo_policy_loss,
@@ -15,6 +24,7 @@ from verl_omni.algos.flow_grpo import (
 )
 from verl_omni.algos.grpo_guard import grpo_guard_loss, grpo_guard_policy_loss, grpo_guard_ratio_norm
 from verl_omni.algos.registry import (
+    ForwardLossInput,
     LossSpec,
     PolicyLossFn,
     PolicyLossInput,
@@ -26,11 +36,15 @@ from verl_omni.algos.registry import (
 )
 
 __all__ = [
+    "ForwardLossInput",
     "LossSpec",
     "PolicyLossFn",
     "PolicyLossInput",
     "PolicyLossOutput",
+    "apply_adv_mode",
     "compute_flow_grpo_advantages",
+    "diffusion_nft_loss",
+    "diffusion_nft_policy_loss",
     "flow_grpo_loss",
     "flow_grpo_policy_loss",
     "get_loss",
@@ -42,7 +56,10 @@ __all__ = [
     "kl_penalty_exact",
     "kl_penalty_historical",
     "loss_spec",
+    "nft_optimality",
+    "old_policy_decay",
     "register_loss",
     "registered_losses",
     "rollout_consistency_metrics",
+    "select_train_timesteps",
 ]

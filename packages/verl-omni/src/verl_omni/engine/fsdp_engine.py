@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from verl_omni.algos import PolicyLossInput, get_loss, loss_spec, rollout_consistency_metrics
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, torch_dtype_name
 from verl_omni.engine.checkpoint import load_engine_checkpoint, save_engine_checkpoint
+from verl_omni.engine.clean_update import OldPolicy, update_on_clean_samples
 from verl_omni.engine.distributed import all_reduce_metrics, default_device, ensure_process_group, make_mesh
 from verl_omni.engine.lora import adapters_disabled, apply_lora, export_weights
 from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
@@ -140,6 +142,12 @@ class DiffusersFSDPEngine:
                 [p for p in transformer.parameters() if p.requires_grad], actor_config.optim
             )
             self.lr_scheduler = build_lr_scheduler(self.optimizer, actor_config.optim)
+
+        # 5. the old policy θ_old of a loss that reads the old velocity (DiffusionNFT): a copy of θ, refreshed by
+        #    `refresh_old_policy` after each training step
+        self.old_policy = None
+        if not self.forward_only and "old_velocity" in loss_spec(actor_config.diffusion_loss.loss_mode).needs:
+            self.old_policy = OldPolicy(transformer)
 
     # ---- construction helpers -----------------------------------------------------------------------------
 
@@ -353,6 +361,8 @@ class DiffusersFSDPEngine:
         on_policy_old = "old_log_probs" not in batch
         loss_mode = self.config.diffusion_loss.loss_mode
         spec = loss_spec(loss_mode)
+        if not spec.needs_log_probs:  # a loss on clean samples (DiffusionNFT): forward-process training
+            return update_on_clean_samples(self, batch)
         if spec.sde_types is not None:
             stored = self.sde_type
             if stored is None and "sde_type" in batch:
@@ -454,6 +464,24 @@ class DiffusersFSDPEngine:
             metrics["actor/rollout_logprob_diff_max"] = diffs["rollout_logprob_diff_max"]
         return all_reduce_metrics(metrics, self.device)
 
+    def refresh_old_policy(self, decay: float) -> dict[str, float]:
+        """`θ_old ← decay·θ_old + (1 − decay)·θ` (a loss that reads the old velocity; decay 0 copies θ).
+
+        Returns:
+            `{"actor/old_policy_decay": decay, "actor/old_policy_gap_before": max |θ − θ_old| before the refresh}`.
+
+        Raises:
+            ValueError: the loss has no old policy (`actor.diffusion_loss.loss_mode` does not read the old velocity).
+        """
+        if self.old_policy is None:
+            raise ValueError(
+                f"refresh_old_policy: actor.diffusion_loss.loss_mode={self.config.diffusion_loss.loss_mode!r} keeps no "
+                "old policy"
+            )
+        gap = self.old_policy.max_abs_diff()
+        self.old_policy.refresh(decay)
+        return {"actor/old_policy_decay": float(decay), "actor/old_policy_gap_before": gap}
+
     def _check_on_policy(self, n: int) -> None:
         """Old log-probs may come from the update's own forwards only when every forward sees the old weights."""
         mini = self.config.ppo_mini_batch_size * self.config.rollout_n // self.world_size
@@ -515,6 +543,8 @@ class DiffusersFSDPEngine:
             step=self.global_step,
             contents=list(self.config.checkpoint.save_contents),
         )
+        if self.old_policy is not None and "model" in self.config.checkpoint.save_contents:
+            self.old_policy.save(Path(path) / "old_policy")
 
     def load_checkpoint(self, path: str | os.PathLike) -> int:
         """Load `actor.checkpoint.load_contents` from `path`; return (and restore) the saved optimizer step."""
@@ -525,6 +555,8 @@ class DiffusersFSDPEngine:
             lr_scheduler=self.lr_scheduler,
             contents=self.config.checkpoint.resolved_load_contents,
         )
+        if self.old_policy is not None and "model" in self.config.checkpoint.resolved_load_contents:
+            self.old_policy.load(Path(path) / "old_policy")
         if step is not None:
             self.global_step = step
         return self.global_step
