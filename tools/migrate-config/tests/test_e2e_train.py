@@ -3,8 +3,9 @@
 Each file is migrated with the command line tool, then run as a user would: a root config or dump with
 `python -m verl_omni.trainer.main_diffusion --config-path ... --config-name ...`, a launch script with `bash`. They
 get only the model path (`tiny://qwen_image`), the rollout backend (`diffusers`) and `SMALL` (one step, tiny sizes,
-the CPU); the scripts get these as extra arguments (`$@`), and the files they read (prompt files, the OCR reward
-function, verl's dummy-data script) are written beside them, as a user must provide them. Needs verl-omni and Ray;
+the CPU); the scripts get these as extra arguments (`$@`), and the files they read (prompt files, verl's dummy-data
+script) are written beside them, as a user must provide them; the OCR script's reward model gets its path, backend and
+sizes the same way. Needs verl-omni and Ray;
 each run takes about a minute on a 2-core CPU.
 """
 
@@ -24,6 +25,7 @@ from verl_migrate.cli import main
 TARGET = "project"
 HERE = pathlib.Path(__file__).parent
 CONFIG = HERE / "pre6200" / "config"
+EXAMPLES = HERE.parents[2] / "examples"
 pytestmark = pytest.mark.slow
 
 MODEL = "actor_rollout_ref.model.path=tiny://qwen_image"
@@ -54,15 +56,6 @@ SMALL = [
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
 ]
 
-_OCR_REWARD = '''
-from verl_omni.reward import jpeg_compressibility
-
-
-def compute_score_ocr(data_source, solution_image, ground_truth, extra_info=None, **kwargs):
-    """Stand-in for the user's OCR reward (verl's example file left with #6200; this project ships none)."""
-    return float(jpeg_compressibility(solution_image)[0])
-'''
-
 _DUMMY_DATA = """
 import argparse, os
 import pyarrow as pa, pyarrow.parquet as pq
@@ -77,6 +70,16 @@ for name, n in (("train", a.train_size), ("test", a.val_size)):
     rows = {"prompt": [f"a red square {i}" for i in range(n)], "data_source": ["jpeg_compressibility"] * n}
     pq.write_table(pa.table(rows), os.path.join(a.local_save_dir, name + ".parquet"))
 """
+
+
+def _example_module(path: pathlib.Path):
+    """Import a script of the repository's `examples/` folder."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _trainer_or_skip() -> None:
@@ -152,19 +155,32 @@ def test_migrated_generated_dump_trains_one_step(tmp_path, capsys) -> None:
 
 
 def test_migrated_ocr_lora_script_trains_one_step(tmp_path, capsys) -> None:
-    """The OCR script: its prompt files and reward function are the user's; the report says what to decide."""
+    """The OCR script, reward model and built-in `ocr` reward included: a tiny random Qwen2.5-VL on verl-core's HF
+    backend reads the tiny Qwen-Image's images. Its prompt files are made by `examples/ocr/make_ocr_dataset.py`; the
+    reward model gets only its path, backend and sizes."""
     _trainer_or_skip()
+    from verl_core.testing.tiny_llm import build_tiny_vlm
+
     script = tmp_path / "run_qwen_image_ocr_lora.sh"
     shutil.copy(HERE / "golden" / "run_qwen_image_ocr_lora.sh", script)
     report = _migrate(["-i", "--no-backup", str(script)], capsys)
-    for decided_by_hand in ("reward.custom_reward_function.path", "reward.reward_model.enable", "tokenizer_path"):
-        assert decided_by_hand in report, decided_by_hand
+    assert "reward-fn-ocr-builtin" in report and "tokenizer_path" in report  # the OCR reward is the built-in one
+    assert "not-implemented: reward.reward_model" not in report  # the reward model is implemented
+    assert "reward_path=pkg://verl_omni.reward.ocr\n" in script.read_text()
     home = tmp_path / "home"
-    for name in ("train", "test"):
-        _prompts(home / "data" / "ocr" / f"{name}.parquet", "ocr")
-    (tmp_path / "examples" / "flowgrpo_trainer").mkdir(parents=True)
-    (tmp_path / "examples" / "flowgrpo_trainer" / "reward_fn.py").write_text(_OCR_REWARD)
-    _run(["bash", str(script), MODEL, BACKEND, *SMALL], tmp_path, _env(home))
+    make = _example_module(EXAMPLES / "ocr" / "make_ocr_dataset.py")
+    make.write_dataset(home / "data" / "ocr", train_size=2, val_size=1)  # the script's $HOME/data/ocr/{train,test}
+    vlm = build_tiny_vlm(tmp_path / "tiny-vlm")
+    reward_model = [
+        f"reward.reward_model.model_path={vlm}",  # the script's Qwen3-VL-8B
+        "reward.reward_model.rollout.name=hf",  # the script's vLLM
+        "reward.reward_model.rollout.tensor_model_parallel_size=1",  # the script's 4 GPUs
+        "reward.reward_model.rollout.response_length=16",  # a random model never stops by itself
+    ]
+    _run(["bash", str(script), MODEL, BACKEND, *SMALL, *reward_model], tmp_path, _env(home))
+    (metrics,) = list(tmp_path.rglob("metrics.jsonl"))
+    (row,) = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    assert 0.0 <= row["critic/rewards/min"] <= row["critic/rewards/max"] <= 1.0  # 1 - normalised edit distance
 
 
 def test_migrated_diffusers_e2e_script_trains_one_step(tmp_path, capsys) -> None:

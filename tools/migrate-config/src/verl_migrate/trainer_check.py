@@ -27,10 +27,19 @@ from verl_migrate.keys import head_defaults
 CANDIDATE = "verl_migrate_candidate"
 WRAPPER = "verl_migrate_root"
 LIMIT = 25
+UNCHECKED = "verl-migrate-unchecked"
+"""Stand-in value of a key whose value is a shell variable, set only when another key's check needs it set."""
 
 
-def _load(config_name: str, config_dir: str | None, overrides: list[str]) -> list[tuple[str, str]]:
-    """Run the trainer's `load_config` until it accepts; return `(key, problem)` for each rejection."""
+def _load(
+    config_name: str, config_dir: str | None, overrides: list[str], unchecked: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """Run the trainer's `load_config` until it accepts; return `(key, problem)` for each rejection.
+
+    A rejection of a key in `unchecked` (its value is a shell variable, given when the script runs) is not a problem:
+    the key gets the stand-in `UNCHECKED` once, and the check goes on.
+    """
+    filled: set[str] = set()
     from verl_core.config import ConfigError
     from verl_omni.trainer.config import load_config
 
@@ -42,6 +51,10 @@ def _load(config_name: str, config_dir: str | None, overrides: list[str]) -> lis
             return problems
         except ConfigError as e:
             key, body = str(e.key), e.body
+            if key in unchecked and key not in filled:
+                filled.add(key)
+                overrides.append(f"++{key}={UNCHECKED}")
+                continue
             owner = f" ({e.owner})" if e.owner else ""
             problems.append((key, f"verl-omni's trainer rejects it: {body}{owner}"))
             if key.startswith("<"):  # Hydra could not compose: nothing to take away
@@ -87,4 +100,4 @@ def check_overrides(overrides: list[str]) -> tuple[list[tuple[str, str]], list[s
     for word in overrides:
         key, _, value = word.partition("=")
         (unchecked if "$" in value else checked).append(key.lstrip("+~") if "$" in value else word)
-    return _load(target.CONFIG_NAME, None, checked), unchecked
+    return _load(target.CONFIG_NAME, None, checked, frozenset(unchecked)), unchecked

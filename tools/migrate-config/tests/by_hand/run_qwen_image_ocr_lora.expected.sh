@@ -6,7 +6,7 @@ ocr_train_path=$HOME/data/ocr/train.parquet
 ocr_test_path=$HOME/data/ocr/test.parquet
 ENGINE=vllm_omni
 REWARD_ENGINE=vllm
-reward_path=examples/flowgrpo_trainer/reward_fn.py
+reward_path=pkg://verl_omni.reward.ocr
 reward_model_name=$HOME/models/Qwen/Qwen3-VL-8B-Instruct
 
 python3 -m verl_omni.trainer.main_diffusion \
@@ -43,7 +43,10 @@ python3 -m verl_omni.trainer.main_diffusion \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32 \
     reward.num_workers=4 \
     reward.reward_manager.name=visual \
+    reward.reward_model.enable=True \
     reward.reward_model.model_path=$reward_model_name \
+    reward.reward_model.rollout.name=$REWARD_ENGINE \
+    reward.reward_model.rollout.tensor_model_parallel_size=4 \
     reward.custom_reward_function.path=$reward_path \
     reward.custom_reward_function.name=compute_score_ocr \
     trainer.logger='["console", "wandb"]' \

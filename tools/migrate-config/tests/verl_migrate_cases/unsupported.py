@@ -34,8 +34,8 @@ CASES = [
     _project(
         rewrite(
             "target-default-only",
-            "reward.reward_model.enable=True\nreward.reward_model.model_path=/m\ndata.use_shm=false",
-            "reward.reward_model.model_path=/m\ndata.use_shm=false",
+            "trainer.use_v1=True\nreward.reward_model.enable=True\ndata.use_shm=false",
+            "reward.reward_model.enable=True\ndata.use_shm=false",
             fmt="overrides",
         )
     ),

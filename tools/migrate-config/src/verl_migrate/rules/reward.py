@@ -53,17 +53,33 @@ register(
 )
 
 register(
-    Flag(
-        id="reward-fn-example-path",
-        since="0.1.0",
-        summary="The OCR reward example left verl; this project ships no OCR reward (keep your own copy).",
+    Drop(
+        id="drop-reward-model-rollout-name-missing",
+        since="0.2.0",
+        summary="verl's mandatory `reward.reward_model.rollout.name: ???` goes; the reward model defaults to `hf`.",
+        refs=(38,),
+        when_target=(("reward._target_", "verl_omni.reward.RewardConfig"),),
+        paths=("reward.reward_model.rollout.name",),
+        when=("???",),
+        note="the reward model's servers default to verl-core's `hf` backend; set `vllm` when you enable it on GPUs",
+    )
+)
+
+register(
+    RenameValue(
+        id="reward-fn-ocr-builtin",
+        since="0.2.0",
+        summary="verl's OCR reward file (deleted by #6200) becomes this project's built-in `ocr` reward module.",
         refs=(37,),
+        # this project's trainer ships `compute_score_ocr` (same signature) in `verl_omni.reward.ocr`
+        when_target=(("reward._target_", "verl_omni.reward.RewardConfig"),),
         path="reward.custom_reward_function.path",
-        condition="equals",
-        values=("examples/flowgrpo_trainer/reward_fn.py",),
-        message="`examples/flowgrpo_trainer/reward_fn.py` was deleted from verl by #6200 and this project ships no "
-        "OCR reward; point this at your own copy of that file (its `compute_score_ocr` signature is accepted as is)",
-        late=True,
+        old=(
+            "examples/flowgrpo_trainer/reward_fn.py",
+            "verl_omni/utils/reward_score/genrm_ocr.py",
+            "pkg://verl_omni.utils.reward_score.genrm_ocr",
+        ),
+        new="pkg://verl_omni.reward.ocr",
     )
 )
 

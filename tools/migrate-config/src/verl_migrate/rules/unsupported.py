@@ -23,12 +23,11 @@ FEATURES = (
     ("trainer.v1", "verl-omni's v1 trainer"),
     ("skip", "rollout skipping"),
     ("critic", "a critic"),
-    ("reward.reward_model.rollout", "a reward model"),
+    ("reward.reward_model.rollout", "a reward-model engine option this project's servers do not take"),
 )
 
 #: keys this project's config has but accepts only at their default (the trainer rejects other values)
 ONLY_DEFAULT = (
-    ("reward.reward_model.enable", "a reward model (score with `reward.custom_reward_function` instead)"),
     ("reward.sandbox_fusion.url", "sandbox fusion"),
     ("algorithm.rollout_correction.rollout_is", "importance-sampling rollout correction"),
     ("algorithm.rollout_correction.rollout_rs", "rejection-sampling rollout correction"),
