@@ -26,7 +26,7 @@ def test_model_config_lora_keys():
     [
         ({"lora_rank": -1}, r"lora_rank: expected an int >= 0 \(0 = full fine-tuning\)"),
         ({"target_modules": []}, r"target_modules: expected a non-empty string"),
-        ({"algorithm": "dpo"}, r"algorithm: expected 'flow_grpo'"),
+        ({"algorithm": "offline_dpo"}, r"algorithm: expected one of flow_grpo, diffusion_nft"),
         ({"fsdp_layer_prefixes": ["blocks"]}, r"fsdp_layer_prefixes: expected a list of module-name prefixes"),
     ],
 )

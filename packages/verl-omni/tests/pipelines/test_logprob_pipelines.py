@@ -263,3 +263,27 @@ def test_score_step_reads_sampler_settings_from_the_trajectory(tiny_qwen_image_p
     sde = pipe.generate_with_logprob(PROMPTS, cfg.evolve(sde_type="sde")).trajectory
     with pytest.raises(ValueError, match=r"trajectory\['sde_type'\]: rows differ \(\[1, 1, 0, 0\]\)"):
         pipe.adapter.score_step(pipe.transformer, sched, torch.cat([cps, sde]), 0)
+
+
+def test_without_log_probs_the_trajectory_holds_only_the_clean_latents_of_the_ode_sampler(pipe, tiny_sampling_config):
+    """`calculate_log_probs=False` (DiffusionNFT's rollout): every step is Euler whatever `noise_level` says, and the
+    trajectory holds the final latents, the timestep grid and the prompt embeddings — no window, no log-probs.
+
+    Mutation run by hand: the clean trajectory keeps `latents` of the window path (`"latents_clean": window_latents`):
+    FAILED (shape and value)."""
+    cfg = tiny_sampling_config.evolve(n=1, noise_level=0.0)
+    ode = pipe.generate_with_logprob(PROMPTS, cfg, make_generators(9, 2)).trajectory  # stores x_0 .. x_3 (K = 3)
+    clean = pipe.generate_with_logprob(
+        PROMPTS, cfg.evolve(noise_level=0.9, calculate_log_probs=False), make_generators(9, 2)
+    ).trajectory
+    assert {"latents", "log_probs", "step_indices", "noise_level"}.isdisjoint(clean.keys())
+    # the last window latent of the ODE trajectory is x_4 = the final latents of a 4-step ODE run, one step after x_3
+    final = pipe.generate_with_logprob(
+        PROMPTS, cfg.evolve(sde_window_size=1, sde_window_range=[3, 4]), make_generators(9, 2)
+    ).trajectory
+    assert torch.equal(clean["latents_clean"], final["latents"][:, 1])
+    assert torch.equal(final["latents"][:, 0], ode["latents"][:, 3])
+    assert clean["timesteps"].shape == (2, 4) and torch.equal(clean["timesteps"][:, :3], ode["timesteps"])
+    assert torch.equal(clean["prompt_index"], torch.tensor([0, 1]))
+    for key in ("prompt_embeds", "height", "num_inference_steps"):
+        assert torch.equal(clean[key], ode[key]), key

@@ -112,7 +112,7 @@ def test_verl_omni_keys_of_features_left_off_are_accepted_and_ignored():
             "+trainer.rollout_data_dir=null",
             "+global_profiler.tool=null",
             "+actor_rollout_ref.actor.profiler.enable=false",
-            "+algorithm.adv_mode=continuous",
+            "+trainer.critic_warmup=0",
         ]
     )
     assert config.trainer.total_epochs == 30

@@ -27,6 +27,18 @@ def test_example_config_builds(path):
         actor = config.actor_rollout_ref.actor
         assert actor.diffusion_loss.loss_mode == "grpo_guard" and actor.diffusion_loss.clip_ratio == 2e-6
         assert config.actor_rollout_ref.rollout.algo.sde_type == "sde"
+    if path.parent.name == "diffusion_nft":  # upstream's DiffusionNFT recipe values
+        loss = config.actor_rollout_ref.actor.diffusion_loss
+        assert (loss.loss_mode, loss.mix_beta, loss.ref_kl_coef) == ("diffusion_nft", 0.1, 1e-4)
+        assert config.algorithm.old_policy_decay_schedule == "delayed_linear_to_0_999"
+    if path.parent.name == "dpo":  # upstream's online DPO recipe values
+        actor = config.actor_rollout_ref.actor
+        assert (actor.diffusion_loss.loss_mode, actor.diffusion_loss.dpo_beta, actor.shuffle) == ("dpo", 100.0, False)
+        assert config.actor_rollout_ref.rollout.n == 16 and actor.ppo_micro_batch_size_per_gpu == 8
+    if path.parent.name == "flow_dppo":  # upstream's Flow-DPPO recipe values
+        loss = config.actor_rollout_ref.actor.diffusion_loss
+        assert (loss.loss_mode, loss.kl_mask_threshold, loss.add_kl_coefficient) == ("flow_dppo", 1e-5, True)
+        assert config.data.train_batch_size // config.actor_rollout_ref.actor.ppo_mini_batch_size == 2
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the config imports this registry to validate loss_mode; typ
     from verl_omni.config import DiffusionActorConfig
 
 __all__ = [
+    "ForwardLossInput",
     "LossSpec",
     "PolicyLossFn",
     "PolicyLossInput",
@@ -77,6 +78,31 @@ class PolicyLossInput:
     old_prev_sample_mean: torch.Tensor | None = None
 
 
+@dataclasses.dataclass
+class ForwardLossInput:
+    """What the engine hands a forward-process loss (`trains_on="clean"`) for one trained timestep of a micro-batch.
+
+    Args:
+        velocity (`torch.Tensor` of shape `(B, *latent)`): v_θ at `x_t` without CFG (carries the gradient).
+        old_velocity (`torch.Tensor` of shape `(B, *latent)`, *optional*): v_old of the old (behaviour) policy at the
+            same input; given when the loss lists `"old_velocity"` in `needs`.
+        ref_velocity (`torch.Tensor` of shape `(B, *latent)`, *optional*): v_ref of the reference (LoRA adapters
+            disabled) at the same input; given when `actor.diffusion_loss.ref_kl_coef > 0`.
+        clean_latents (`torch.Tensor` of shape `(B, *latent)`): the rollout's final latents x₀.
+        noise (`torch.Tensor` of shape `(B, *latent)`): ε of `x_t = (1 − t)·x₀ + t·ε`.
+        sigma (`torch.Tensor` of shape `(B,)`): t (= timestep / 1000).
+        advantages (`torch.Tensor` of shape `(B,)`): the advantages after `algorithm.adv_mode`.
+    """
+
+    velocity: torch.Tensor
+    clean_latents: torch.Tensor
+    noise: torch.Tensor
+    sigma: torch.Tensor
+    advantages: torch.Tensor
+    old_velocity: torch.Tensor | None = None
+    ref_velocity: torch.Tensor | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class LossSpec:
     """What a registered loss needs beyond the inputs every loss gets.
@@ -85,13 +111,30 @@ class LossSpec:
         needs (`frozenset[str]`): optional `PolicyLossInput` fields the loss reads (`"old_prev_sample_mean"`).
         sde_types (`tuple[str, ...]`, *optional*): the `rollout.algo.sde_type` values the loss is valid for;
             `None` = any.
+        trains_on (`str`, *optional*, defaults to `"transitions"`): what the loss trains on. `"transitions"`: the
+            rollout's SDE-window transitions and their log-probs (`PolicyLossInput`; old log-prob pass, reference
+            means with `actor.use_kl_loss`). `"clean"`: forward-noised copies of the rollout's final clean latents
+            (`ForwardLossInput`; the rollout samples without log-probs and returns only the clean latents, the
+            timestep grid and the prompt embeddings; no old log-prob pass, no reference pass, no CFG in training).
+            `"pairs"`: like `"clean"`, on (chosen, rejected) pairs picked from each group by reward, in adjacent rows
+            sharing their noise and noise level, with the reference velocity always (online Diffusion-DPO).
     """
 
     needs: frozenset[str] = frozenset()
     sde_types: tuple[str, ...] | None = None
+    trains_on: str = "transitions"
+
+    @property
+    def needs_log_probs(self) -> bool:
+        """Whether the rollout must record the SDE window with log-probs (`trains_on == "transitions"`)."""
+        return self.trains_on == "transitions"
 
 
-_OPTIONAL_INPUTS = frozenset({"old_prev_sample_mean"})
+_OPTIONAL_INPUTS = {
+    "transitions": frozenset({"old_prev_sample_mean"}),
+    "clean": frozenset({"old_velocity"}),
+    "pairs": frozenset(),
+}
 
 
 @dataclasses.dataclass
@@ -128,7 +171,11 @@ _SPECS: dict[str, LossSpec] = {}
 
 
 def register_loss(
-    name: str, *, needs: tuple[str, ...] = (), sde_types: tuple[str, ...] | None = None
+    name: str,
+    *,
+    needs: tuple[str, ...] = (),
+    sde_types: tuple[str, ...] | None = None,
+    trains_on: str = "transitions",
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Function decorator: register a loss under `name` (the value of `actor.diffusion_loss.loss_mode`).
 
@@ -137,20 +184,28 @@ def register_loss(
         needs (`tuple[str, ...]`, *optional*): optional `PolicyLossInput` fields the loss reads
             (`"old_prev_sample_mean"`).
         sde_types (`tuple[str, ...]`, *optional*): the samplers (`rollout.algo.sde_type`) the loss is valid for.
+        trains_on (`str`, *optional*, defaults to `"transitions"`): `"transitions"` (`PolicyLossInput`), `"clean"` or
+            `"pairs"` (`ForwardLossInput`), see `LossSpec`.
 
     Raises:
-        ValueError: `name` is already registered to another function, or `needs` names an unknown input.
+        ValueError: `name` is already registered to another function, `trains_on` is unknown, or `needs` names an
+            unknown input.
     """
-    unknown = sorted(set(needs) - _OPTIONAL_INPUTS)
+    if trains_on not in _OPTIONAL_INPUTS:
+        raise ValueError(f"trains_on: expected one of {sorted(_OPTIONAL_INPUTS)}, got {trains_on!r}")
+    optional = _OPTIONAL_INPUTS[trains_on]
+    unknown = sorted(set(needs) - optional)
     if unknown:
-        raise ValueError(f"needs: {unknown} are not optional PolicyLossInput fields ({sorted(_OPTIONAL_INPUTS)})")
+        raise ValueError(
+            f"needs: {unknown} are not optional PolicyLossInput fields of a {trains_on!r} loss ({sorted(optional)})"
+        )
 
     def deco(fn: PolicyLossFn) -> PolicyLossFn:
         other = _LOSSES.get(name)
         if other is not None and other is not fn:
             raise ValueError(f"loss_mode: {name!r} is already registered to {other.__qualname__}")
         _LOSSES[name] = fn
-        _SPECS[name] = LossSpec(needs=frozenset(needs), sde_types=sde_types)
+        _SPECS[name] = LossSpec(needs=frozenset(needs), sde_types=sde_types, trains_on=trains_on)
         return fn
 
     return deco

@@ -174,19 +174,36 @@ class DiffusionLossConfig(BaseConfig):
     """`actor.diffusion_loss.*`: the policy loss (FlowGRPO's clipped surrogate, or another registered `loss_mode`).
 
     Args:
-        loss_mode (`str`): a loss registered with `verl_omni.algos.register_loss`; `"flow_grpo"` and `"grpo_guard"`
-            (FlowGRPO with GRPO-Guard's ratio normalisation and ÷|dt| step weighting; `sde` sampler only) are built in.
+        loss_mode (`str`): a loss registered with `verl_omni.algos.register_loss`; `"flow_grpo"`, `"grpo_guard"`
+            (FlowGRPO with GRPO-Guard's ratio normalisation and ÷|dt| step weighting; `sde` sampler only) and
+            `"diffusion_nft"` (forward-process training on clean samples, no log-probs) are built in.
         clip_ratio (`float`): ε of the ratio clip (> 0; 1e-4 default, 1e-5 in the Qwen-Image recipes, 2e-6 in
             upstream's GRPO-Guard recipe, whose normalised ratio spreads much less).
         adv_clip_max (`float`): advantages are clipped to ±this (> 0).
         kl_type (`str`): `"historical"` (flow_grpo / verl: mean Δμ²/(2·std_dev_t²), reproduces the published β)
             or `"exact"` (mean-reduced exact Gaussian KL; for sde use β_exact = β_historical·h).
+        mix_beta (`float`): DiffusionNFT's β (> 0): `v^± = v_old ± β·(v_θ − v_old)`; upstream's default 0.5
+            (its Qwen-Image recipe 0.1; the NFT paper 1.0, 0.1 for OCR).
+        ref_kl_coef (`float`): DiffusionNFT's coefficient of `mean (v_θ − v_ref)²` (>= 0; 0 = no reference
+            forward); the reference is the model with the LoRA adapters disabled.
+        adaptive_weight_min (`float`): DiffusionNFT's floor of the adaptive weights `mean |e^±|` (> 0).
+        dpo_beta (`float`): online Diffusion-DPO's β (> 0) in `z = −(β/2)·(Δ_w − Δ_l)`; upstream's default 2000.0
+            (its Qwen-Image recipe 100.0).
+        kl_mask_threshold (`float`): Flow-DPPO's τ (>= 0): a sample-step whose old-to-new transition KL (element
+            mean) reaches τ and that still moves along its advantage is dropped from the loss.
+        add_kl_coefficient (`bool`): Flow-DPPO: divide the mean-square mean shift by 2s² (the exact KL; true) or by 2.
     """
 
     loss_mode: str = "flow_grpo"
     clip_ratio: float = 1e-4
     adv_clip_max: float = 5.0
     kl_type: Literal["historical", "exact"] = "historical"
+    mix_beta: float = 0.5
+    ref_kl_coef: float = 0.0
+    adaptive_weight_min: float = 1e-5
+    dpo_beta: float = 2000.0
+    kl_mask_threshold: float = 1e-5
+    add_kl_coefficient: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -199,6 +216,11 @@ class DiffusionLossConfig(BaseConfig):
         )
         self._require("clip_ratio", self.clip_ratio > 0, "a float > 0")
         self._require("adv_clip_max", self.adv_clip_max > 0, "a float > 0")
+        self._require("mix_beta", self.mix_beta > 0, "a float > 0")
+        self._require("ref_kl_coef", self.ref_kl_coef >= 0, "a float >= 0")
+        self._require("adaptive_weight_min", self.adaptive_weight_min > 0, "a float > 0")
+        self._require("dpo_beta", self.dpo_beta > 0, "a float > 0")
+        self._require("kl_mask_threshold", self.kl_mask_threshold >= 0, "a float >= 0")
 
 
 @dataclasses.dataclass

@@ -10,7 +10,10 @@ import dataclasses
 
 from verl_core.config import BaseConfig
 
-__all__ = ["DiffusionModelConfig"]
+__all__ = ["ALGORITHMS", "DiffusionModelConfig"]
+
+#: values of `actor_rollout_ref.model.algorithm` (upstream's names; each is also a registered `loss_mode`)
+ALGORITHMS = ("flow_grpo", "diffusion_nft", "dpo")
 
 
 @dataclasses.dataclass
@@ -19,7 +22,8 @@ class DiffusionModelConfig(BaseConfig):
 
     Args:
         path (`str`): diffusers pipeline folder (`model_index.json` at its root).
-        algorithm (`str`): training algorithm; only `"flow_grpo"`.
+        algorithm (`str`): training algorithm, one of `ALGORITHMS` (`"flow_grpo"`, `"diffusion_nft"`, `"dpo"`); the
+            shipped YAML makes it the default of `algorithm.adv_estimator` and `actor.diffusion_loss.loss_mode`.
         transformer_subfolder (`str`): subfolder of the denoiser inside `path`.
         enable_gradient_checkpointing (`bool`): activation checkpointing of each transformer block.
         attn_backend (`str`, *optional*): diffusers attention backend name (`set_attention_backend`), e.g.
@@ -49,7 +53,12 @@ class DiffusionModelConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._require("algorithm", self.algorithm == "flow_grpo", "'flow_grpo' (the only algorithm implemented)")
+        self._require(
+            "algorithm",
+            self.algorithm in ALGORITHMS,
+            f"one of {', '.join(ALGORITHMS)} (it is the default of algorithm.adv_estimator and "
+            "actor.diffusion_loss.loss_mode)",
+        )
         self._require("lora_rank", self.lora_rank >= 0, "an int >= 0 (0 = full fine-tuning)")
         self._require("lora_alpha", self.lora_alpha > 0, "an int > 0")
         self._require(

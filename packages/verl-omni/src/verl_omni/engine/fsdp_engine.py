@@ -523,15 +523,21 @@ class DiffusersFSDPEngine:
     ) -> dict[str, torch.Tensor]:
         """LoRA tensors (LoRA training) or the full weights (full fine-tuning), unsharded, on `device`.
 
+        With an old policy (a loss that reads the old velocity, DiffusionNFT) these are θ_old's tensors: the rollout
+        samples with the old policy.
+
         A collective: every rank calls it and gets the same dict (see `verl_omni.engine.lora.export_weights`):
         a snapshot packed in one flat buffer (pinned host memory from a GPU). The engine keeps that buffer and
         reuses it for a later export only once no tensor of the earlier result is referenced any more.
         """
         if self._export_buffer is None:
             self._export_buffer = ExportBuffer()
-        return export_weights(
-            self.module, lora_only=self.use_lora, dtype=dtype, device=device, buffer=self._export_buffer
-        )
+        # a loss with an old policy (DiffusionNFT) samples with θ_old, as upstream's recipe (`rollout_adapter: old`)
+        policy = self.old_policy.active() if self.old_policy is not None else contextlib.nullcontext()
+        with policy:
+            return export_weights(
+                self.module, lora_only=self.use_lora, dtype=dtype, device=device, buffer=self._export_buffer
+            )
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
         """Save `actor.checkpoint.save_contents` (model, optimizer, extra = step/LR/RNG) with DCP under `path`."""

@@ -36,6 +36,10 @@ class DiffusionSamplingConfig(BaseConfig):
         max_sequence_length (`int`, defaults to 256): text tokens the prompt embeddings are padded to.
         seed (`int`, *optional*): row `r` of a call uses `torch.Generator().manual_seed(seed + r)`; when None
             the caller passes generators.
+        calculate_log_probs (`bool`, defaults to True): record the SDE window (latents, log-probs). False: every
+            step is an exact Euler (ODE) step, and the trajectory holds only the final clean latents
+            (`latents_clean`), the timestep grid and the prompt embeddings (for a loss on clean samples,
+            `diffusion_nft`); `noise_level` and the window settings are then not used.
 
     Raises:
         ConfigValueError: a value out of range (the message names the key, the value and what is allowed).
@@ -56,6 +60,7 @@ class DiffusionSamplingConfig(BaseConfig):
     negative_prompt: str | None = None
     max_sequence_length: int = 256
     seed: int | None = None
+    calculate_log_probs: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -60,7 +60,8 @@ def sample_with_logprob(
 
     Steps inside the window `[start, start + K)` use `config.noise_level`; the others are exact Euler (ODE)
     steps. The window is drawn once per call from the first row's generator (no draw when only one start is
-    possible, see `draw_sde_window`).
+    possible, see `draw_sde_window`). With `config.calculate_log_probs=False` every step is Euler and only the
+    clean latents, the timestep grid and the prompt embeddings are recorded.
 
     Args:
         pipe: a loaded `QwenImagePipeline` / `StableDiffusion3Pipeline` (or subclass).
@@ -113,8 +114,10 @@ def sample_with_logprob(
     timesteps = scheduler.timesteps
     sigmas = scheduler.sigmas
 
-    # 4. Draw the SDE window: one per call (from the first row's generator) or one per row
-    if config.sde_window_per_row:
+    # 4. Draw the SDE window: one per call (from the first row's generator) or one per row; none without log-probs
+    if not config.calculate_log_probs:
+        windows = [(0, 0)] * batch
+    elif config.sde_window_per_row:
         if not isinstance(generator, list):
             raise ValueError("sde_window_per_row: needs one generator per row (set seed or pass a generator list)")
         windows = [draw_sde_window(steps, config.sde_window_size, config.sde_window_range, g) for g in generator]
@@ -172,6 +175,11 @@ def sample_with_logprob(
 
     # 7. Trajectory
     dev = latents.device
+    if not config.calculate_log_probs:
+        trajectory = _clean_trajectory(config, latents, timesteps, sigmas, batch, cond)
+        if decode:
+            trajectory["images"] = images
+        return LogProbPipelineOutput(images=images, trajectory=trajectory)
     idx = (torch.tensor(starts, dtype=torch.long)[:, None] + torch.arange(k)[None, :]).to(dev)
     sig = sigmas.float().to(dev)
     rows = torch.arange(batch, device=dev)
@@ -198,6 +206,37 @@ def sample_with_logprob(
     trajectory = TensorDict(traj, batch_size=[batch], device=dev)
     trajectory.update(cond.to(dev))
     return LogProbPipelineOutput(images=images, trajectory=trajectory)
+
+
+def _clean_trajectory(
+    config: DiffusionSamplingConfig,
+    latents: torch.Tensor,
+    timesteps: torch.Tensor,
+    sigmas: torch.Tensor,
+    batch: int,
+    cond: TensorDict,
+) -> TensorDict:
+    """The trajectory of a call without log-probs: what a loss on clean samples reads, nothing more.
+
+    `latents_clean` `(B, *latent)` (the final latents x₀), `timesteps` / `sigmas` `(B, N)` (the sampler's grid,
+    `1000·σ_k` and `σ_k`, k < N), `guidance_scale`, the sizes, `prompt_index` and the prompt embeddings.
+    """
+    dev = latents.device
+    n_steps = config.num_inference_steps
+    full = {"dtype": torch.long, "device": dev}
+    traj = {
+        "latents_clean": latents,
+        "timesteps": timesteps.float().to(dev)[:n_steps].expand(batch, n_steps).clone(),
+        "sigmas": sigmas.float().to(dev)[:n_steps].expand(batch, n_steps).clone(),
+        "guidance_scale": torch.full((batch,), float(config.guidance_scale), device=dev),
+        "num_inference_steps": torch.full((batch,), n_steps, **full),
+        "height": torch.full((batch,), config.height, **full),
+        "width": torch.full((batch,), config.width, **full),
+        "prompt_index": torch.arange(batch, device=dev) // config.n,
+    }
+    trajectory = TensorDict(traj, batch_size=[batch], device=dev)
+    trajectory.update(cond.to(dev))
+    return trajectory
 
 
 def _expand_rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,15 @@ from collections.abc import Iterator
 import torch
 from tensordict import TensorDict
 
-from verl_omni.algos import compute_flow_grpo_advantages
+from verl_omni.algos import (
+    apply_adv_mode,
+    compute_flow_grpo_advantages,
+    dpo_train_sigmas,
+    loss_spec,
+    old_policy_decay,
+    select_preference_pairs,
+    select_train_timesteps,
+)
 from verl_omni.algos.dance_grpo import timestep_subset_mask
 from verl_omni.config.actor import torch_dtype_name
 from verl_omni.data import iter_batches
@@ -64,6 +72,8 @@ class FlowGRPOTrainer:
       (`algorithm.rollout_correction.fuse_on_policy_old_log_prob`, on by default); or the rollout's with
       `algorithm.rollout_correction.bypass_mode`.
     * KL to the reference: `actor.use_kl_loss` (LoRA: adapters disabled; full fine-tuning: a frozen engine).
+    * Preference pairs (`model.algorithm: dpo`): the update trains only each group's best and worst sample, as
+      adjacent rows sharing one noise draw and noise level per pair (seeded by the run seed and the step).
     * Validation: every `trainer.test_freq` steps, before training (`trainer.val_before_train`), or only
       (`trainer.val_only`), with `rollout.val_kwargs` (ODE sampling by default).
     * Checkpoints: every `trainer.save_freq` steps, atomic; resume with `trainer.resume_mode`.
@@ -81,15 +91,20 @@ class FlowGRPOTrainer:
         self.config = config
         rollout = config.actor_rollout_ref.rollout
         model = _adapter_name(config.actor_rollout_ref.model.path)
+        self.loss = loss_spec(config.actor_rollout_ref.actor.diffusion_loss.loss_mode)
         self.train_sampling = rollout.sampling_config(model)
+        if not self.loss.needs_log_probs:  # a loss on clean samples: ODE sampling, only the clean latents come back
+            self.train_sampling = self.train_sampling.evolve(calculate_log_probs=False)
         self.val_sampling = rollout.val_sampling_config(model)
-        self.window = self.train_sampling.sde_window_size
+        self.window = self.train_sampling.sde_window_size if self.loss.needs_log_probs else 0
         self.steps_trained = self.window or self.train_sampling.num_inference_steps - 1
         self.seed = rollout.seed or 0
         self.bypass = config.algorithm.rollout_correction.bypass_mode
         self.fuse_old_log_prob = config.fuse_old_log_prob
         source = "recomputed before the update"
-        if self.bypass:
+        if not self.loss.needs_log_probs:
+            source = "none (the loss trains on clean samples)"
+        elif self.bypass:
             source = "the rollout's (bypass mode)"
         elif self.fuse_old_log_prob:
             source = "taken by the on-policy update from its own forwards (fused)"
@@ -180,19 +195,28 @@ class FlowGRPOTrainer:
                 if self.config.algorithm.timestep_fraction < 1 and "log_probs" in batch.keys():  # noqa: SIM118
                     batch["train_step_mask"] = self._train_step_mask(batch, step)
 
-                # 5. group advantages (std over the (B, K) advantage matrix, as verl-omni)
+                # 5. group advantages (std over the (B, K) advantage matrix, as verl-omni); a loss on clean samples
+                #    takes one per sample after `algorithm.adv_mode`, and the timesteps it trains
                 with _timer(timing, "adv"):
                     batch["advantages"] = compute_flow_grpo_advantages(
                         rewards,
                         batch["prompt_index"],
                         norm_adv_by_std_in_grpo=self.config.algorithm.norm_adv_by_std_in_grpo,
                         global_std=self.config.algorithm.global_std,
-                        std_repeat=self.steps_trained,
+                        std_repeat=self.steps_trained if self.loss.needs_log_probs else 1,
                     )
+                    train_batch = batch  # what the update trains on (online DPO: the chosen/rejected pairs only)
+                    if self.loss.trains_on == "pairs":
+                        train_batch = self._prepare_pair_batch(batch, rewards, step)
+                    elif not self.loss.needs_log_probs:
+                        self._prepare_clean_batch(batch, step)
 
                 # 6. old log-probs: the rollout's (bypass mode); or none here when the update is on-policy and
-                #    fused (it takes them from its own forwards, detached); or recomputed under the current weights
-                if self.bypass:
+                #    fused (it takes them from its own forwards, detached); or recomputed under the current weights;
+                #    none for a loss on clean samples
+                if not self.loss.needs_log_probs:
+                    pass
+                elif self.bypass:
                     batch["old_log_probs"] = batch["log_probs"].clone()
                 elif not self.fuse_old_log_prob:
                     with _timer(timing, "old_log_prob"):
@@ -208,8 +232,12 @@ class FlowGRPOTrainer:
 
                 # 8. policy update: one optimizer step per mini-batch
                 with _timer(timing, "update_actor"):
-                    metrics.update(c.actor.run_split("update_policy", batch)[0])
+                    metrics.update(c.actor.run_split("update_policy", train_batch)[0])
                 metrics.update(self._peak_memory("update_actor"))
+                algo = self.config.algorithm
+                if "old_velocity" in self.loss.needs and step % algo.old_policy_update_interval == 0:
+                    decay = old_policy_decay(step, algo.old_policy_decay_schedule, algo.old_policy_decay)
+                    metrics.update(c.actor.call("refresh_old_policy", decay)[0])  # θ_old ← d·θ_old + (1 − d)·θ
 
                 # 9. weight sync: the rollout wakes, actor rank 0 streams the new weights to every server
                 with _timer(timing, "update_weights"):
@@ -236,6 +264,34 @@ class FlowGRPOTrainer:
         return self.history
 
     # ---- phases -------------------------------------------------------------------------------------------
+
+    def _prepare_clean_batch(self, batch: TensorDict, step: int) -> None:
+        """A loss on clean samples: advantages after `algorithm.adv_mode`, and each row's trained timesteps.
+
+        `train_timesteps` `(B, max(1, ⌊N·timestep_fraction⌋))` is a random subset of the sampler's grid per row,
+        drawn from the run seed and the step (a resumed run draws the same).
+        """
+        algo = self.config.algorithm
+        clip = self.config.actor_rollout_ref.actor.diffusion_loss.adv_clip_max
+        batch["advantages"] = apply_adv_mode(batch["advantages"], algo.adv_mode, clip)
+        gen = torch.Generator().manual_seed(self.seed + step * _STEP_SEED_STRIDE)
+        batch["train_timesteps"] = select_train_timesteps(batch["timesteps"], algo.timestep_fraction, gen)
+
+    def _prepare_pair_batch(self, batch: TensorDict, rewards: torch.Tensor, step: int) -> TensorDict:
+        """Online Diffusion-DPO: each group's best and worst sample as adjacent rows, one shared ε and σ per pair.
+
+        ε ~ N(0, I) and σ (`dpo_train_sigmas`: logit-normal on the 1000-step training table) are drawn from the run
+        seed and the step (a resumed run draws the same).
+        """
+        rows = select_preference_pairs(torch.as_tensor(rewards), batch["prompt_index"])
+        pairs = batch[rows]
+        gen = torch.Generator().manual_seed(self.seed + step * _STEP_SEED_STRIDE)
+        x0 = pairs["latents_clean"]
+        n_pairs = rows.numel() // 2
+        noise = torch.randn((n_pairs, *x0.shape[1:]), generator=gen, dtype=torch.float32)
+        pairs["dpo_noise"] = noise.repeat_interleave(2, dim=0).to(x0.device)
+        pairs["dpo_sigma"] = dpo_train_sigmas(n_pairs, gen).repeat_interleave(2).to(x0.device)
+        return pairs
 
     def _step_sampling(self, step: int) -> tuple[DiffusionSamplingConfig, int]:
         """The step's sampling config with the SDE window pinned to `[start, start + K]`, and `start`."""

@@ -143,6 +143,10 @@ class ActorWorker:
         """The FlowGRPO update on this rank's share; metrics are already averaged over ranks."""
         return self.engine.update_policy(batch)
 
+    def refresh_old_policy(self, decay: float) -> dict[str, float]:
+        """`θ_old ← decay·θ_old + (1 − decay)·θ` on this rank (a loss that reads the old velocity, DiffusionNFT)."""
+        return self.engine.refresh_old_policy(decay)
+
     def push_weights(
         self,
         targets: list[Any],

@@ -193,7 +193,10 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
         tensors, reason = compat.read_request_output(self._runtime, final)
         if reason == "abort" or not tensors:
             return {"finish_reason": "abort", "seed": seed, "sampling_params": resolved, "trajectory": None}
-        missing = sorted({"images", "latents", "log_probs", "timesteps", "step_indices"} - set(tensors))
+        need = {"images", "latents", "log_probs", "timesteps", "step_indices"}
+        if not config.calculate_log_probs:  # a loss on clean samples: the final latents and the grid only
+            need = {"images", "latents_clean", "timesteps"}
+        missing = sorted(need - set(tensors))
         if missing:
             raise RuntimeError(
                 f"vllm-omni {self._runtime.omni} returned an incomplete trajectory for {request_id!r}: missing "

@@ -64,7 +64,12 @@ class DiffusionTrainerConfig(BaseConfig):
             `actor.rollout_n` vs `rollout.n`, `model.algorithm` vs `algorithm.adv_estimator`, a loopback
             `rollout.host` with `trainer.nnodes > 1`, batch sizes that do not split over the actor ranks or into
             mini-batches, an `actor.diffusion_loss.loss_mode` with a `rollout.algo.sde_type` it does not hold for
-            or (when it needs the old transition means, `grpo_guard`) with `rollout_correction.bypass_mode=true`.
+            or (when it needs the old transition means, `grpo_guard`) with `rollout_correction.bypass_mode=true`; a
+            loss that trains on clean samples (`diffusion_nft`) with `bypass_mode=true`, `actor.use_kl_loss=true`,
+            `ref_kl_coef > 0` and full fine-tuning, or CFG in the rollout; a loss on SDE transitions with
+            `algorithm.trainer_type=direct_preference` or `adv_mode != continuous`; a loss on
+            preference pairs (`dpo`) with `rollout.n < 2`, full fine-tuning, `actor.shuffle=true`, an odd
+            `ppo_micro_batch_size_per_gpu`, or prompts that do not split whole over the actor ranks.
     """
 
     actor_rollout_ref: ActorRolloutRefConfig = dataclasses.field(default_factory=ActorRolloutRefConfig)
@@ -138,6 +143,97 @@ class DiffusionTrainerConfig(BaseConfig):
             f"true: actor_rollout_ref.actor.diffusion_loss.loss_mode={mode!r} needs the old policy's transition "
             "means, which only the actor's old-log-prob pass (or the fused on-policy update) computes; bypass mode "
             "takes the rollout's log-probs and has no means; set bypass_mode=false",
+        )
+        self._check_trains_on(mode, spec.needs_log_probs)
+        _check(
+            spec.trains_on == "pairs" or not self.algorithm.paired_preference,
+            "algorithm.paired_preference",
+            f"true: actor_rollout_ref.actor.diffusion_loss.loss_mode={mode!r} does not train on preference pairs; set "
+            "paired_preference=false, or actor_rollout_ref.model.algorithm=dpo",
+        )
+        if spec.trains_on == "pairs":
+            self._check_pairs(mode)
+
+    def _check_pairs(self, mode: str) -> None:
+        """A loss on (chosen, rejected) pairs (`dpo`): groups of two or more, a reference, whole pairs per rank."""
+        arr, world = self.actor_rollout_ref, self.trainer.world_size
+        loss = f"actor_rollout_ref.actor.diffusion_loss.loss_mode={mode!r}"
+        _check(
+            arr.rollout.n >= 2,
+            "actor_rollout_ref.rollout.n",
+            f"{arr.rollout.n}: {loss} pairs the best and the worst image of each prompt group, so a group needs two "
+            "or more images; set rollout.n >= 2 (upstream's recipe: 16) or another loss_mode",
+        )
+        _check(
+            arr.model.lora_rank > 0,
+            "actor_rollout_ref.model.lora_rank",
+            f"0 (full fine-tuning): {loss} needs the reference velocity, which is the model with its LoRA adapters "
+            "disabled; set model.lora_rank > 0 or another loss_mode",
+        )
+        _check(
+            not arr.actor.shuffle,
+            "actor_rollout_ref.actor.shuffle",
+            f"true: {loss} trains adjacent (chosen, rejected) rows that must stay together; set actor.shuffle=false",
+        )
+        micro = arr.actor.ppo_micro_batch_size_per_gpu
+        _check(
+            micro is None or micro % 2 == 0,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+            f"{micro}: {loss} trains whole (chosen, rejected) pairs per micro-batch; set an even number or null",
+        )
+        prompts = self.data.train_batch_size
+        mini = min(arr.actor.ppo_mini_batch_size, prompts)
+        _check(
+            prompts % world == 0 and mini % world == 0,
+            "data.train_batch_size",
+            f"{prompts} prompts (actor.ppo_mini_batch_size={mini}) give one pair each under {loss}, and the pairs "
+            f"must split whole over {world} actor ranks; choose train_batch_size and ppo_mini_batch_size as "
+            f"multiples of {world}",
+        )
+
+    def _check_trains_on(self, mode: str, transitions: bool) -> None:
+        """Keys that hold only for losses on SDE transitions, or only for losses on clean samples (`LossSpec`)."""
+        arr, algo = self.actor_rollout_ref, self.algorithm
+        loss = f"actor_rollout_ref.actor.diffusion_loss.loss_mode={mode!r}"
+        if transitions:
+            for key, ok, allowed in (
+                ("trainer_type", algo.trainer_type == "policy_gradient", "policy_gradient"),
+                ("adv_mode", algo.adv_mode == "continuous", "continuous"),
+            ):
+                _check(
+                    ok,
+                    f"algorithm.{key}",
+                    f"{getattr(algo, key)!r} holds only for a loss that trains on clean samples (diffusion_nft), but "
+                    f"{loss} trains on SDE transitions; set algorithm.{key}={allowed} or another loss_mode",
+                )
+            return
+        why = f"{loss} trains on clean samples with no log-probs"
+        _check(
+            not algo.rollout_correction.bypass_mode,
+            "algorithm.rollout_correction.bypass_mode",
+            f"true: {why}; bypass mode reuses the rollout's log-probs as the old ones and has nothing to do here; "
+            "set bypass_mode=false or another loss_mode",
+        )
+        _check(
+            not arr.actor.use_kl_loss,
+            "actor_rollout_ref.actor.use_kl_loss",
+            f"true: {why}, so the transition KL has no input; use actor_rollout_ref.actor.diffusion_loss.ref_kl_coef "
+            "(its velocity-space reference term) and set use_kl_loss=false",
+        )
+        _check(
+            arr.actor.diffusion_loss.ref_kl_coef == 0 or arr.model.lora_rank > 0,
+            "actor_rollout_ref.actor.diffusion_loss.ref_kl_coef",
+            f"{arr.actor.diffusion_loss.ref_kl_coef}: the reference velocity is the model with its LoRA adapters "
+            "disabled, but actor_rollout_ref.model.lora_rank=0 trains the full weights; set lora_rank > 0 or "
+            "ref_kl_coef=0",
+        )
+        pipeline = arr.rollout.pipeline
+        _check(
+            pipeline.true_cfg_scale <= 1 and (pipeline.guidance_scale or 1.0) <= 1,
+            "actor_rollout_ref.rollout.pipeline.true_cfg_scale",
+            f"true_cfg_scale={pipeline.true_cfg_scale}, guidance_scale={pipeline.guidance_scale}: {why} and trains "
+            "without CFG, so it samples without CFG too; set rollout.pipeline.true_cfg_scale=1.0 and "
+            "guidance_scale=null",
         )
 
     @property

@@ -76,11 +76,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("trainer.balance_batch", "sequence-length balancing (an LLM feature)", _always),
     Unsupported("trainer.critic_warmup", "a critic", _falsy),
     Unsupported("trainer.max_critic_ckpt_to_keep", "a critic", _always),
-    Unsupported("algorithm.old_policy_decay_schedule", "DiffusionNFT's decayed old policy", _equals("copy")),
-    Unsupported("algorithm.old_policy_decay", "DiffusionNFT's decayed old policy", _falsy),
-    Unsupported("algorithm.old_policy_update_interval", "DiffusionNFT's decayed old policy", _equals(1)),
-    Unsupported("algorithm.adv_mode", "DiffusionNFT's advantage modes", _equals("continuous")),
-    Unsupported("algorithm.paired_preference", "online DPO's paired preferences", _falsy),
     Unsupported("actor_rollout_ref.actor.use_distill_loss", "diffusion distillation", _falsy),
     Unsupported("actor_rollout_ref.actor.distill_loss_mode", "diffusion distillation", _always),
     Unsupported("actor_rollout_ref.actor.distill_loss_coef", "diffusion distillation", _always),
@@ -92,7 +87,16 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     ),
     Unsupported("actor_rollout_ref.model.pipeline", "the model's copy of the sampling settings", _always),
     Unsupported("actor_rollout_ref.model.algo", "the model's copy of the SDE settings", _always),
-    Unsupported("actor_rollout_ref.model.model_type", "non-diffusion model types", _equals("diffusion_model")),
+    # upstream's DiffusionNFT recipe names its model type and keeps θ_old as a second LoRA adapter the rollout samples
+    # with; here θ_old is a copy of the trained tensors and the rollout always samples with it (docs/omni/math.md §10)
+    Unsupported(
+        "actor_rollout_ref.model.model_type",
+        "non-diffusion model types",
+        _equals("diffusion_model", "diffusion_nft_model", "diffusion_dpo_model"),
+    ),
+    Unsupported(
+        "actor_rollout_ref.rollout.rollout_adapter", "sampling with a named LoRA adapter", _equals("default", "old")
+    ),
     Unsupported("actor_rollout_ref.model.mtp", "multi-token prediction (an LLM feature)", _key_off("enable")),
     Unsupported("actor_rollout_ref.model.use_shm", "loading the model through shared memory", _falsy),
     Unsupported("actor_rollout_ref.model.tokenizer_path", "a separate tokenizer path", _falsy),
@@ -101,7 +105,11 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("actor_rollout_ref.model.custom_chat_template", "chat templates", _falsy),
     Unsupported("actor_rollout_ref.model.config_path", "a separate model config path", _falsy),
     Unsupported("actor_rollout_ref.model.target_parameters", "LoRA on raw parameters", _falsy),
-    Unsupported("actor_rollout_ref.model.policy_state_adapters", "several named policy adapters", _equals(["default"])),
+    Unsupported(
+        "actor_rollout_ref.model.policy_state_adapters",
+        "several named policy adapters",
+        _equals(["default"], ["default", "old"]),
+    ),
     Unsupported("actor_rollout_ref.model.lora_dtype", "a separate LoRA dtype", _falsy),
     Unsupported("actor_rollout_ref.model.external_lib", "external model libraries", _falsy),
 )
