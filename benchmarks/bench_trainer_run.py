@@ -280,7 +280,13 @@ def summarize(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "warmup_step_s": [round(r["timing_s/step"], 2) for r in rows if r["step"] <= warmup],
         "step1": {
             k.removeprefix("actor/"): first[k]
-            for k in ("actor/pg_clipfrac", "actor/ratio_mean", "actor/ppo_kl", "actor/rollout_logprob_diff_max")
+            for k in (
+                "actor/pg_clipfrac",
+                "actor/ratio_mean",
+                "actor/ppo_kl",
+                "actor/rollout_logprob_diff_max",
+                "actor/rollout_logprob_diff_mean",
+            )
             if k in first
         },
         "reward_mean": [round(r["critic/rewards/mean"], 5) for r in rows],
@@ -399,7 +405,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         base = workload_overrides(w, folder, write_prompts(w, work / "prompts.jsonl", copies=most), device, dtype)
         results["overrides"] = base
         for name in tqdm(variants, desc=f"trainer variants ({preset})", unit="run"):
-            done = run_variant(name, base, out / "runs" / f"{preset}_{name}", warmup + steps)
+            folder_name = f"{preset}_{name.replace('+', '_')}"  # `+` is not a portable file-name character
+            done = run_variant(name, base, out / "runs" / folder_name, warmup + steps)
             entry = {k: v for k, v in done.items() if k != "rows"}
             entry.update(summarize(done["rows"], warmup) if done["rc"] == 0 else {"error": "the trainer failed"})
             results["variants"][name] = entry

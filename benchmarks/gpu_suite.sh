@@ -78,8 +78,8 @@ for phase in "$@"; do
     vllm-trainer) VERL_TEST_RAY_LOGS=1 run gpu-vllm-trainer timeout -k 10 "${VLLM_TRAINER_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k vllm_omni \
                     packages/verl-omni/tests/trainer/test_trainer_gpu.py ;;
     trainer-run-vllm) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-vllm timeout 560 python3 benchmarks/bench_trainer_run.py \
-                        --device cuda --preset a --variants "${RUN_VLLM_VARIANTS:-compile,compile+vllm-omni}" \
-                        --skip-baseline --warmup 2 --steps 3 --out "$out/vllm" ;;
+                        --device cuda --preset a --variants "${RUN_VLLM_VARIANTS:-compile+vllm-omni,compile}" \
+                        --skip-baseline --warmup 1 --steps 3 --out "$out/vllm" ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
     lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \
