@@ -81,7 +81,7 @@ async def compute_score_ocr(
     model_name: str | None = None,
     *,
     prompt: str = OCR_PROMPT,
-    max_tokens: int = 128,
+    max_tokens: int | None = None,
     timeout_s: float = 120.0,
     **kwargs: Any,
 ) -> float:
@@ -96,7 +96,8 @@ async def compute_score_ocr(
         reward_model_tokenizer: accepted, unused (the router applies the model's chat template).
         model_name (`str`, *optional*): the served model name sent as the request's `model`.
         prompt (`str`, *optional*): the transcription question (`reward_kwargs.prompt` sets it).
-        max_tokens (`int`, *optional*, defaults to `128`): longest transcription.
+        max_tokens (`int`, *optional*): longest transcription; None = the servers' default
+            (`reward.reward_model.rollout.response_length`).
         timeout_s (`float`, *optional*, defaults to `120.0`): longest one request may take.
         **kwargs: accepted, unused (other reward-manager arguments).
 
@@ -120,8 +121,9 @@ async def compute_score_ocr(
         {"type": "image_url", "image_url": {"url": image_data_url(solution_image)}},
         {"type": "text", "text": prompt},
     ]
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-                            "temperature": 0.0}  # fmt: skip
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": content}], "temperature": 0.0}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
     if model_name:
         body["model"] = model_name
     async with httpx.AsyncClient(base_url=base, timeout=timeout_s, trust_env=False) as http:
