@@ -66,26 +66,50 @@ class DiffusionAlgoConfig(BaseConfig):
     unbiased std over the `(B, K)` advantage matrix, as verl-omni computes it.
 
     Args:
-        trainer_type (`str`, *optional*, defaults to `"policy_gradient"`): only `"policy_gradient"`.
+        trainer_type (`str`, *optional*, defaults to `"policy_gradient"`): `"policy_gradient"`, or upstream's
+            `"direct_preference"` for a loss that trains on clean samples (`diffusion_nft`; the root config checks it).
         sample_source (`str`, *optional*, defaults to `"online"`): only `"online"` (fresh rollouts every step).
-        adv_estimator (`str`, *optional*, defaults to `"flow_grpo"`): only `"flow_grpo"`; the shipped YAML reads it
-            from `actor_rollout_ref.model.algorithm`.
+        adv_estimator (`str`, *optional*, defaults to `"flow_grpo"`): `"flow_grpo"`, `"diffusion_nft"` (the same
+            group advantage, one per sample) or `"dpo"` (best-vs-worst pairs per group instead of advantages); the
+            shipped YAML reads it from `actor_rollout_ref.model.algorithm`.
         norm_adv_by_std_in_grpo (`bool`, *optional*, defaults to `True`): divide by the std; `False` is Dr.GRPO.
         global_std (`bool`, *optional*, defaults to `True`): one std over the batch (`False`: per group).
-        timestep_fraction (`float`, *optional*, defaults to `1.0`): the share of each sample's `K` stored SDE steps it
-            trains (DanceGRPO: a random subset of `max(1, ⌊K·fraction⌋)`, drawn per step; 1.0 trains every step).
+        timestep_fraction (`float`, *optional*, defaults to `1.0`): for a loss that trains on clean samples
+            (`diffusion_nft`), the share in (0, 1] of the sampler's timesteps trained per sample (a random subset of
+            `max(1, ⌊T·fraction⌋)`); for a loss on SDE transitions (DanceGRPO), the share of each sample's `K` stored
+            SDE steps it trains (a random subset of `max(1, ⌊K·fraction⌋)`, drawn per step; 1.0 trains every step).
+        adv_mode (`str`, *optional*, defaults to `"continuous"`): DiffusionNFT's advantage mode after the clip to
+            ±`adv_clip_max`: `continuous`, `positive_only`, `negative_only`, `one_only`, `binary`.
+        old_policy_decay_schedule (`str`, *optional*, defaults to `"copy"`): DiffusionNFT's old-policy EMA decay
+            per step: `copy` (0), `linear_to_0_5`, `delayed_linear_to_0_999` (`verl_omni.algos.old_policy_decay`).
+        old_policy_decay (`float`, *optional*): a fixed decay in [0, 1) that overrides the schedule.
+        old_policy_update_interval (`int`, *optional*, defaults to `1`): refresh the old policy after every this
+            many training steps (`θ_old ← d·θ_old + (1 − d)·θ`).
+        paired_preference (`bool`, *optional*, defaults to `False`): upstream's flag for a loss on (chosen, rejected)
+            pairs; `dpo` always pairs (either value), and `true` is refused with any other loss.
         rollout_correction (`RolloutCorrectionConfig`): the old-log-prob source: recompute, fused into an on-policy
             update, or the rollout's (bypass mode).
     """
 
-    trainer_type: Literal["policy_gradient"] = "policy_gradient"
+    trainer_type: Literal["policy_gradient", "direct_preference"] = "policy_gradient"
     sample_source: Literal["online"] = "online"
-    adv_estimator: Literal["flow_grpo"] = "flow_grpo"
+    adv_estimator: Literal["flow_grpo", "diffusion_nft", "dpo"] = "flow_grpo"
     norm_adv_by_std_in_grpo: bool = True
     global_std: bool = True
     timestep_fraction: float = 1.0
+    adv_mode: Literal["continuous", "positive_only", "negative_only", "one_only", "binary"] = "continuous"
+    old_policy_decay_schedule: Literal["copy", "linear_to_0_5", "delayed_linear_to_0_999"] = "copy"
+    old_policy_decay: float | None = None
+    old_policy_update_interval: int = 1
+    paired_preference: bool = False
     rollout_correction: RolloutCorrectionConfig = dataclasses.field(default_factory=RolloutCorrectionConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._require("timestep_fraction", 0 < self.timestep_fraction <= 1, "a float in (0, 1]")
+        self._require(
+            "old_policy_decay",
+            self.old_policy_decay is None or 0 <= self.old_policy_decay < 1,
+            "null (use old_policy_decay_schedule) or a float in [0, 1)",
+        )
+        self._require("old_policy_update_interval", self.old_policy_update_interval >= 1, "an int >= 1")
