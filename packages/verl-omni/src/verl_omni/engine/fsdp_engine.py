@@ -26,6 +26,7 @@ from verl_omni.engine.clean_update import OldPolicy, update_on_clean_samples
 from verl_omni.engine.distributed import all_reduce_metrics, default_device, ensure_process_group, make_mesh
 from verl_omni.engine.lora import adapters_disabled, apply_lora, export_weights
 from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
+from verl_omni.engine.pair_update import update_on_pairs
 from verl_omni.engine.weight_export import ExportBuffer
 from verl_omni.schedulers.settings import setting_name
 
@@ -361,6 +362,8 @@ class DiffusersFSDPEngine:
         on_policy_old = "old_log_probs" not in batch
         loss_mode = self.config.diffusion_loss.loss_mode
         spec = loss_spec(loss_mode)
+        if spec.trains_on == "pairs":  # a loss on preference pairs (online Diffusion-DPO)
+            return update_on_pairs(self, batch)
         if not spec.needs_log_probs:  # a loss on clean samples (DiffusionNFT): forward-process training
             return update_on_clean_samples(self, batch)
         if spec.sde_types is not None:
