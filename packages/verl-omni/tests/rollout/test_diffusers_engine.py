@@ -101,9 +101,9 @@ def test_unknown_model_name_lists_registered(tiny_sd3_path, tmp_path):
     folder = tmp_path / "weird"
     shutil.copytree(tiny_sd3_path, folder)
     index = json.loads((folder / "model_index.json").read_text())
-    index["_class_name"] = "FluxPipeline"
+    index["_class_name"] = "NoSuchPipeline"
     (folder / "model_index.json").write_text(json.dumps(index))
-    with pytest.raises(KeyError, match=r"FluxPipeline.*registered: .*qwen_image.*sd3"):
+    with pytest.raises(KeyError, match=r"NoSuchPipeline.*registered: .*qwen_image.*sd3"):
         DiffusersRolloutEngine(folder)
 
 

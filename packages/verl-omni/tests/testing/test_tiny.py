@@ -8,6 +8,7 @@ from diffusers import (
     AutoencoderKL,
     AutoencoderKLQwenImage,
     DiffusionPipeline,
+    FluxPipeline,
     QwenImagePipeline,
     QwenImageTransformer2DModel,
     StableDiffusion3Pipeline,
@@ -23,6 +24,8 @@ from verl_omni.testing import PRESETS, build_tiny_pipeline
         ("qwen_image", QwenImagePipeline, {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"}),
         ("sd3", StableDiffusion3Pipeline, {"transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3",
                                            "tokenizer", "tokenizer_2", "tokenizer_3", "scheduler"}),
+        ("flux", FluxPipeline, {"transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2",
+                                "scheduler"}),
     ],
 )  # fmt: skip
 def test_folder_is_a_complete_pipeline(model, cls, components, request):
@@ -65,6 +68,6 @@ def test_presets_select_transformer_size(tmp_path):
 
 def test_bad_model_and_preset(tmp_path):
     with pytest.raises(ValueError, match="model: expected one of"):
-        build_tiny_pipeline("flux", tmp_path)
+        build_tiny_pipeline("not_a_model", tmp_path)
     with pytest.raises(ValueError, match="preset: expected one of"):
         build_tiny_pipeline("sd3", tmp_path, preset="huge")
