@@ -78,7 +78,8 @@ def _sibling_closure(name: str) -> list[str]:
 
 
 def _install_all_editable(session: nox.Session) -> None:
-    session.install(*CONSTRAINTS, "pytest>=8", "pytest-timeout", "hypothesis>=6")
+    # grimp: .ci/tests/test_import_graph.py measures import circles with it (import-linter builds on it too)
+    session.install(*CONSTRAINTS, "pytest>=8", "pytest-timeout", "hypothesis>=6", "grimp>=3.5")
     editable = [arg for d in DIST_DIRS for arg in ("-e", f"{d}[test]")]
     session.install(*CONSTRAINTS, *editable)
 

@@ -1,17 +1,24 @@
-"""Check and coerce a value against a type annotation, naming the key on failure."""
+"""Check and coerce a value against a type annotation, naming the key on failure; build dataclasses from mappings.
+
+`coerce_value` turns a mapping into the annotated dataclass with `build_dataclass`, and `build_dataclass` coerces
+each field with `coerce_value`: the two recurse into each other, so they share this module (the bottom of
+`verl_core.config` above `errors`). `verl_core.config.builder` re-exports `build_dataclass` and `resolve_target`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
+import importlib
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Union
 
-from verl_core.config.errors import ConfigError, ConfigTypeError
+from verl_core.config.errors import ConfigError, ConfigKeyError, ConfigTypeError, ConfigValueError
 
-__all__ = ["coerce_value", "type_name"]
+__all__ = ["build_dataclass", "coerce_value", "resolve_target", "type_name"]
 
 _NONE = type(None)
 
@@ -131,8 +138,6 @@ def coerce_value(value: Any, annotation: Any, *, key: str, owner: str | None = N
         if isinstance(value, annotation):
             return value
         if isinstance(value, Mapping):
-            from verl_core.config.builder import build_dataclass
-
             try:
                 return build_dataclass(value, annotation, path=None)
             except ConfigError as e:
@@ -152,3 +157,67 @@ def _matches_exactly(value: Any, annotation: Any) -> bool:
     if origin is Literal:
         return value in typing.get_args(annotation)
     return isinstance(origin, type) and isinstance(value, origin)
+
+
+def build_dataclass(mapping: Mapping[str, Any], cls: type | None, *, path: str | None) -> Any:
+    """Build `cls` (or the node's `_target_`) from a plain mapping; errors carry the dotted `path`."""
+    target = mapping.get("_target_")
+    if target is not None:
+        target_cls = resolve_target(target, key=_join(path, "_target_"))
+        if cls is not None and not (isinstance(target_cls, type) and issubclass(target_cls, cls)):
+            raise ConfigTypeError(
+                f"_target_ {target!r} is not a subclass of the expected {cls.__name__}", key=_join(path, "_target_")
+            )
+        cls = target_cls
+    if cls is None:
+        raise ConfigKeyError("has no _target_ and no dataclass_type was given", key=path or "<root>")
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise ConfigTypeError(f"_target_ {cls!r} is not a dataclass", key=_join(path, "_target_"))
+
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    public = [n for n in fields if not n.startswith("_")]
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in mapping.items():
+        if name == "_target_":
+            continue
+        if name not in fields or name.startswith("_"):
+            close = difflib.get_close_matches(str(name), public, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigKeyError(
+                f"unknown key for {cls.__name__}.{hint} Known keys: {', '.join(public)}", key=_join(path, str(name))
+            )
+        kwargs[name] = value
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigKeyError(f"missing required key for {cls.__name__}", key=_join(path, missing[0]))
+    try:  # coerce here too, so plain (non-BaseConfig) dataclasses get typed values
+        kwargs = {n: coerce_value(v, hints[n], key=n, owner=cls.__name__) for n, v in kwargs.items()}
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise e.with_prefix(path) from e
+
+
+def resolve_target(target: Any, *, key: str) -> Any:
+    """Import the object named by a dotted `_target_` path (`package.module.Name`)."""
+    if not isinstance(target, str) or "." not in target:
+        raise ConfigValueError(f"expected a dotted import path like 'pkg.module.Class', got {target!r}", key=key)
+    module_name, _, attr = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigValueError(f"cannot import module {module_name!r} for _target_ {target!r}: {e}", key=key) from e
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigValueError(
+            f"module {module_name!r} has no attribute {attr!r} (_target_ {target!r})", key=key
+        ) from None
+
+
+def _join(path: str | None, key: str) -> str:
+    return f"{path}.{key}" if path else key

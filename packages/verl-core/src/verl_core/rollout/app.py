@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 from fastapi import FastAPI, Request
@@ -38,16 +38,75 @@ from verl_core.rollout.tensor_payload import TENSOR_CONTENT_TYPE, plan_tensor_bo
 from verl_core.rollout.weights import WeightStreamReader
 
 if TYPE_CHECKING:
-    from verl_core.rollout.server import RolloutHttpServer
+    import enum
 
-__all__ = ["build_app"]
+    from openai.types.chat import ChatCompletion
+
+    from verl_core.config.rollout import RolloutConfig
+    from verl_core.rollout.handoff import HandoffFiles
+    from verl_core.rollout.metrics import ServerMetrics
+    from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
+    from verl_core.rollout.weights import WeightPiece, WeightUpdate
+
+__all__ = ["AppServer", "build_app"]
 
 
 M = TypeVar("M", bound=BaseModel)
 logger = logging.getLogger(__name__)
 
 
-def build_app(server: RolloutHttpServer) -> FastAPI:
+class AppServer(Protocol):
+    """What `build_app` calls on its server; `verl_core.rollout.server.RolloutHttpServer` provides all of it.
+
+    Typed here so that the app sits below the server in the import graph (the server builds the app at launch).
+    """
+
+    rank: int
+    config: RolloutConfig
+    metrics: ServerMetrics
+    handoff_files: HandoffFiles
+    request_model: ClassVar[type[GenerateRequest]]
+
+    @property
+    def weight_version(self) -> int:
+        """The version of the served weights (`/ready`, `/sleep`, `/wake_up`)."""
+
+    def health(self) -> dict[str, Any]:
+        """`GET /health`."""
+
+    def readiness(self) -> tuple[bool, str]:
+        """`GET /ready`: ready or not, and why."""
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """`GET /metrics`."""
+
+    async def generate(self, request: GenerateRequest | Mapping[str, Any]) -> GenerateResponse:
+        """`POST /generate`."""
+
+    async def chat(self, request: ChatCompletionRequest | Mapping[str, Any]) -> ChatCompletion:
+        """`POST /v1/chat/completions`."""
+
+    async def abort(self, request_ids: Iterable[str] | None = None) -> list[str]:
+        """`POST /abort`: the ids aborted."""
+
+    async def sleep(self, level: int | None = None) -> enum.Enum:
+        """`POST /sleep`: the new `ServerState`."""
+
+    async def wake_up(self, tags: list[str] | None = None) -> enum.Enum:
+        """`POST /wake_up`: the new `ServerState`."""
+
+    async def _apply_update(
+        self, update: WeightUpdate, buckets: AsyncIterator[list[WeightPiece]]
+    ) -> WeightUpdateResponse: ...
+
+    async def update_weights_shm(self, segment: Mapping[str, Any], **kwargs: Any) -> WeightUpdateResponse:
+        """`POST /update_weights_shm`."""
+
+    async def update_weights_cuda_ipc(self, descriptor: Mapping[str, Any], **kwargs: Any) -> WeightUpdateResponse:
+        """`POST /update_weights_cuda_ipc`."""
+
+
+def build_app(server: AppServer) -> FastAPI:
     """Build the app whose routes call `server`'s lifecycle methods on the server loop."""
     app = FastAPI(title=f"{type(server).__name__} rank {server.rank}", docs_url=None, redoc_url=None)
     limit = server.config.max_request_bytes

@@ -1,7 +1,8 @@
 """`ServerContractSuite`: the pytest class of the rollout server contract (see `verl_core.testing.server_contract`).
 
 Importing this module imports pytest (the `test` extra); `verl_core.testing.server_contract` imports it only when
-`ServerContractSuite` is asked for, so the helpers there work in a runtime without pytest.
+`ServerContractSuite` is asked for, so the helpers (`verl_core.testing.contract_backend`) work in a runtime
+without pytest.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from verl_core.rollout.client import RolloutClient
 from verl_core.rollout.errors import NotReadyError, WeightSyncError
 from verl_core.rollout.server import RolloutHttpServer, ServerState
 from verl_core.rollout.shm_weights import WeightSegment
-from verl_core.testing.server_contract import ContractBackend, _fields, _with_client, hung_variant, run
+from verl_core.testing.contract_backend import ContractBackend, _fields, _with_client, hung_variant, run
 
 __all__ = ["ServerContractSuite"]
 
