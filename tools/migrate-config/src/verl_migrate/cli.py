@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-EXIT_OK, EXIT_CHANGED, EXIT_INPUT = 0, 1, 2
+from verl_migrate.errors import EXIT_CHANGED, EXIT_INPUT, EXIT_OK
+
+__all__ = ["EXIT_CHANGED", "EXIT_INPUT", "EXIT_OK", "build_parser", "main"]
 
 _EPILOG = """\
 exit codes:

@@ -1,6 +1,10 @@
-"""Errors raised by verl-migrate-config; each one names the file, the position and the way out."""
+"""Errors raised by verl-migrate-config; each one names the file, the position and the way out. And its exit codes."""
 
 from __future__ import annotations
+
+#: Exit codes of `verl-migrate-config` (re-exported by `verl_migrate.cli`, which documents them): nothing to do or
+#: done; `--check` found a file that would change or `--validate` found errors; an input error (`MigrationError`).
+EXIT_OK, EXIT_CHANGED, EXIT_INPUT = 0, 1, 2
 
 
 class MigrationError(Exception):

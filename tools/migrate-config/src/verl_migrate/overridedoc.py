@@ -10,6 +10,7 @@ from typing import Any
 from verl_migrate.doc import Doc, GroupEntry
 from verl_migrate.keys import is_head_yaml_key, to_text
 from verl_migrate.report import FileReport
+from verl_migrate.shellvars import reference
 
 _OVERRIDE = re.compile(r"^(~|\+\+|\+)?([A-Za-z_][\w./@-]*)(?:=(.*))?$", re.S)
 
@@ -99,8 +100,6 @@ class OverrideDoc(Doc):
         self.var_edits: dict[str, str] = {}
         for e in self.entries:
             if e.value is not None:
-                from verl_migrate.shellvars import reference
-
                 name = reference(e.value)
                 if name in self.variables and self.variables[name].value is not None:
                     e.var = name

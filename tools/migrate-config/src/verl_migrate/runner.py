@@ -6,8 +6,7 @@ import sys
 from typing import Any
 
 from verl_migrate import files
-from verl_migrate.cli import EXIT_CHANGED, EXIT_INPUT, EXIT_OK
-from verl_migrate.errors import MigrationError, NotAMappingError
+from verl_migrate.errors import EXIT_CHANGED, EXIT_INPUT, EXIT_OK, MigrationError, NotAMappingError
 from verl_migrate.report import FileReport, reports_to_json
 
 

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from verl_migrate.errors import MigrationError
+from verl_migrate.shellwords import scan_words
 
 _ASSIGN = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<raw>.*)\Z", re.S)
 _WITH_DEFAULT = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*):?-(?P<dflt>[^$`{}\"'\\\s]*)\}\Z")
@@ -42,8 +43,6 @@ def reference(value: str | None) -> str | None:
 
 def assignments(text: str, path: str, end: int) -> dict[str, Assignment]:
     """Return the simple assignments made on the lines of `text` before offset `end`."""
-    from verl_migrate.script import scan_words
-
     found: dict[str, Assignment] = {}
     own: dict[str, int] = {}  # references inside the assignments themselves (`X=${X:-1}`)
     pos = 0
