@@ -77,3 +77,22 @@ def test_colocated_tensor_parallel_reward_model_on_gpus_is_refused():
     with pytest.raises(ValueError, match=r"tensor_model_parallel_size=2 with a colocated reward model.*"
                                          r"enable_resource_pool=true"):  # fmt: skip
         RewardModelService(config, device="cuda", slots=[object(), object()])
+
+
+def test_preflight_refuses_a_missing_reward_model_folder_and_several_nodes(tmp_path):
+    from verl_omni.trainer.components import _check_reward_model
+    from verl_omni.trainer.config import load_config
+
+    def config(*overrides):
+        base = ["actor_rollout_ref.model.path=unused", "reward.reward_model.enable=true"]
+        return load_config([*base, *overrides], config_name="diffusion_trainer")
+
+    with pytest.raises(FileNotFoundError, match=r"reward\.reward_model\.model_path: /no/such/vlm is not a folder"):
+        _check_reward_model(config("reward.reward_model.model_path=/no/such/vlm"))
+    folder = f"reward.reward_model.model_path={tmp_path}"
+    _check_reward_model(config(folder))  # an existing folder passes
+    with pytest.raises(ValueError, match=r"trainer\.nnodes=2 with reward\.reward_model\.enable=true"):
+        _check_reward_model(config(folder, "trainer.nnodes=2", "actor_rollout_ref.rollout.host=0.0.0.0"))
+    own_pool = ["reward.reward_model.enable_resource_pool=true", "reward.reward_model.n_gpus_per_node=1"]
+    with pytest.raises(ValueError, match=r"reward\.reward_model\.nnodes=2 with"):
+        _check_reward_model(config(folder, *own_pool, "reward.reward_model.nnodes=2"))

@@ -124,7 +124,7 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
     val_set = PromptDataset.from_config(config.data, "val") if config.data.val_files else []
     # the reward function(s) load here, in the driver, so a bad path or signature fails before any worker starts
     build_scorer(config.reward).check_data_sources({r.data_source for r in [*train_set, *val_set]})
-    _check_reward_model_path(config.reward.reward_model)
+    _check_reward_model(config)
     folder = resolve_model_path(config.actor_rollout_ref.model.path)
     arr = config.actor_rollout_ref
     config = config.evolve(actor_rollout_ref=arr.evolve(model=arr.model.evolve(path=str(folder))))
@@ -268,14 +268,24 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
     )
 
 
-def _check_reward_model_path(config: Any) -> None:
-    """A local `reward.reward_model.model_path` must exist (hub ids are left to the backend).
+def _check_reward_model(root: DiffusionTrainerConfig) -> None:
+    """A reward model runs on one node; a local `reward.reward_model.model_path` must exist (hub ids: the backend's).
 
     Raises:
+        ValueError: a reward model with `trainer.nnodes > 1` or an own pool of `reward.reward_model.nnodes > 1` (its
+            servers and router bind 127.0.0.1).
         FileNotFoundError: names the key and the path.
     """
+    config = root.reward.reward_model
     if not config.enable:
         return
+    nodes = root.trainer.nnodes if config.colocated else config.nnodes
+    if nodes > 1:
+        key = "trainer.nnodes" if config.colocated else "reward.reward_model.nnodes"
+        raise ValueError(
+            f"{key}={nodes} with reward.reward_model.enable=true: the reward model runs on one node (its servers and "
+            "router bind 127.0.0.1); use one node, or score with a reward service of your own (builtin: http)"
+        )
     path = str(config.model_path)
     local = path.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(path))
     if local and not os.path.isdir(os.path.expanduser(path)):
