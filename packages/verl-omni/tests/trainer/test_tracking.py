@@ -84,12 +84,48 @@ def test_read_metrics_keeps_the_last_row_of_a_step(tmp_path):
     assert read_metrics(path) == [{"step": 1, "a": 1}, {"step": 2, "a": 3}]
 
 
-def test_reward_curve_and_sample_grid_pngs(tmp_path):
+def _pixels_of(image, color: str) -> int:
+    """How many pixels are within 8 of `color` ("#rrggbb") in every channel."""
+    import numpy as np
+
+    target = np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)])
+    return int((np.abs(np.asarray(image.convert("RGB"), dtype=int) - target) <= 8).all(-1).sum())
+
+
+def test_reward_curve_plots_each_step_with_its_standard_error_and_the_validation_reward():
+    import numpy as np
+
+    from verl_omni.trainer.report import VAL_COLOR, reward_curve_figure
+
+    rows = [*_rows([0.0, 0.05, 0.1], std=0.02, images=4), {"step": 3, "val/reward_mean": 0.2}]
+    (ax,) = reward_curve_figure(rows).axes
+    (train,) = ax.containers  # the error-bar line of the training steps
+    line, _, (bars,) = train
+    np.testing.assert_allclose(line.get_xydata(), [[1, 0.0], [2, 0.05], [3, 0.1]])
+    se = 0.02 / 2  # std / sqrt(images per step)
+    ends = [(seg[0][1], seg[1][1]) for seg in bars.get_segments()]
+    np.testing.assert_allclose(ends, [(m - se, m + se) for m in (0.0, 0.05, 0.1)])
+    (val,) = [artist for artist in ax.lines if artist.get_markeredgecolor() == VAL_COLOR]
+    np.testing.assert_allclose(val.get_xydata(), [[3, 0.2]])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["validation", "mean reward per step (bar: ± 1 s.e.)"]
+
+
+def test_reward_curve_png(tmp_path):
     from PIL import Image
 
+    from verl_omni.trainer.report import TRAIN_COLOR, VAL_COLOR
+
     rows = [*_rows([0.0, 0.05, 0.1]), {"step": 3, "val/reward_mean": 0.2}]
-    curve = write_reward_curve(rows, tmp_path / "curve.png")
-    assert Image.open(curve).size == (720, 420)
+    curve = Image.open(write_reward_curve(rows, tmp_path / "curve.png"))
+    assert curve.format == "PNG" and curve.size == (720, 420)
+    assert _pixels_of(curve, TRAIN_COLOR) and _pixels_of(curve, VAL_COLOR)
+    empty = Image.open(write_reward_curve([], tmp_path / "empty.png"))  # no rewards yet: an empty chart
+    assert empty.size == (720, 420) and not _pixels_of(empty, TRAIN_COLOR)
+
+
+def test_sample_grid_png(tmp_path):
+    from PIL import Image
+
     first = torch.zeros(3, 3, 4, 4, dtype=torch.uint8)
     last = torch.full((3, 3, 4, 4), 255, dtype=torch.uint8)
     grid = Image.open(write_sample_grid({5: last, 0: first, 3: last}, tmp_path / "grid.png", scale=1))
