@@ -4,7 +4,8 @@ Epoch `e` visits the rows in `numpy.random.default_rng([seed, e]).permutation(n)
 when shuffling is off) and yields `n // batch_size` full batches; the last partial batch of an epoch is
 dropped (verl's `drop_last=True`) and the next epoch reshuffles. The state is two integers (epoch and
 batches taken in it), so "3 steps straight" and "2 steps, `state_dict()`, a new sampler,
-`load_state_dict()`, 1 step" give the same rows.
+`load_state_dict()`, 1 step" give the same rows, across epoch boundaries too (torchdata's `StatefulDataLoader`
+does not keep the next epoch's order after a mid-epoch resume: docs/omni/data.md says why it is not used).
 """
 
 from __future__ import annotations
