@@ -57,7 +57,14 @@ def check_loggers(loggers: list[str]) -> None:
 
 
 def image_grid(images: torch.Tensor, cols: int | None = None, scale: int = 1) -> Any:
-    """uint8 images `(B, 3, H, W)` as one PIL image, `cols` per row (default: all in one row)."""
+    """uint8 images `(B, 3, H, W)` as one PIL image, `cols` per row (default: all in one row).
+
+    Kept by hand (ten lines of PIL pastes) rather than `torchvision.utils.make_grid`: torchvision would be a
+    dependency pinned to one torch release (0.28.0 requires exactly `torch==2.13.0`, so pip replaces any other
+    torch, and verl-omni accepts `torch>=2.6`), and PyPI's Linux wheel is the CUDA build: beside the CPU torch
+    that README's set-up installs first it fails at `import torchvision` (`operator torchvision::nms does not
+    exist`; its `_C` links `libtorch_cuda.so`). docs/architecture.md, "Libraries we use and why".
+    """
     from PIL import Image
 
     b, _, h, w = images.shape
