@@ -18,6 +18,9 @@ def test_upstream_keys_and_defaults():
     assert (loss.loss_mode, config.algorithm.adv_estimator, loss.dpo_beta) == ("dpo", "dpo", 2000.0)
     assert config.algorithm.paired_preference is False
     assert load_config([*DPO, "algorithm.paired_preference=true"]).algorithm.paired_preference is True
+    # upstream's online DPO recipe names its model type: accepted (and dropped, this project has one model type)
+    upstream = load_config([*DPO, "+actor_rollout_ref.model.model_type=diffusion_dpo_model"])
+    assert upstream.algorithm.adv_estimator == "dpo"
     loss = load_config(DPPO).actor_rollout_ref.actor.diffusion_loss
     assert (loss.loss_mode, loss.kl_mask_threshold, loss.add_kl_coefficient) == ("flow_dppo", 1e-5, True)
 

@@ -91,7 +91,11 @@ def test_three_steps_straight_equal_two_then_a_resumed_one_bit_for_bit(
 ):
     """FAST config (2 prompts x 2 images): 3 steps straight == 2 steps, stop, resume, 1 step — metrics, LoRA weights and
     AdamW state bit-identical (DPO: the pair noise and noise level are drawn from the run seed and the step; Flow-DPPO
-    with 2 mini-batches: the second is off-policy, so the KL mask is live)."""
+    with 2 mini-batches: the second is off-policy, so the KL mask is live).
+
+    Mutation run by hand: the pair noise drawn from the global RNG instead of the step's seeded generator
+    (`torch.randn(...)` without `generator=gen` in `FlowGRPOTrainer._prepare_pair_batch`): FAILED [dpo], the 2-step
+    run's metrics differ from the straight run's (`actor/dpo_model_error_chosen`, ... `actor/grad_norm`)."""
     common = [*overrides, "trainer.val_before_train=false"]
     straight = trainer_run(tmp_path / "straight", [*common, "trainer.total_training_steps=3"], fingerprint=True)
     assert straight.error is None, straight.error
