@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from verl_migrate import target
 from verl_migrate.doc import Doc
 from verl_migrate.keys import head_defaults, parse_text
-from verl_migrate.rules.base import PHASE_EXPLICIT, Rule
+from verl_migrate.rule_base import PHASE_EXPLICIT, Rule
 
 
 def _root(doc: Doc) -> bool:

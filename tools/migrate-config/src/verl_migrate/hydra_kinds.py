@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from verl_migrate import target
 from verl_migrate.doc import Doc
-from verl_migrate.rules.base import PHASE_INPUT_FLAGS, Rule
+from verl_migrate.rule_base import PHASE_INPUT_FLAGS, Rule
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

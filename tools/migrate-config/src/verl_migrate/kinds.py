@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from verl_migrate.doc import Doc
 from verl_migrate.keys import head_defaults, is_head_key, is_head_yaml_key, normalize, same_value, to_text
-from verl_migrate.rules.base import (
+from verl_migrate.rule_base import (
     PHASE_DEFAULTS,
     PHASE_DROP,
     PHASE_EXPLICIT,

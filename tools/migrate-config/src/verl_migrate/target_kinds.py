@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from verl_migrate.doc import Doc
 from verl_migrate.keys import head_defaults, is_head_key, is_upstream_key, same_value, upstream_defaults
-from verl_migrate.rules.base import PHASE_EXPLICIT, Rule, text_of
+from verl_migrate.rule_base import PHASE_EXPLICIT, Rule, text_of
 
 
 def _off(value: Any) -> bool:

@@ -9,7 +9,7 @@ import functools
 import importlib
 import pkgutil
 
-from verl_migrate.rules.base import Rule, registry
+from verl_migrate.rule_base import Rule, registry
 
 
 @functools.cache

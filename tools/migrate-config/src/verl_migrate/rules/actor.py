@@ -5,8 +5,8 @@ legacy_surface.md §3.4 rows 27-31 and §3.3(c)).
 """
 
 from verl_migrate.kinds import Drop, RenameKey
+from verl_migrate.rule_base import register
 from verl_migrate.rules._targets import ACTOR, REF
-from verl_migrate.rules.base import register
 
 _CREATES = (f"{ACTOR}.diffusion_loss",)
 

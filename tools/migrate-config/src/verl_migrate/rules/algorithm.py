@@ -7,8 +7,8 @@ keeps it the same way.
 """
 
 from verl_migrate.kinds import RenameKey
+from verl_migrate.rule_base import register
 from verl_migrate.rules._targets import MODEL
-from verl_migrate.rules.base import register
 
 register(
     RenameKey(

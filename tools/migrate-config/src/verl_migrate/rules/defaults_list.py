@@ -6,7 +6,7 @@ root composes at the same package (`verl_migrate.target`); an entry the target h
 """
 
 from verl_migrate.kinds import RewriteDefaultsEntry
-from verl_migrate.rules.base import register
+from verl_migrate.rule_base import register
 from verl_migrate.target import new_group
 
 _OPT = (("dp_actor", "dp_diffusion_actor"), ("dp_ref", "dp_diffusion_ref"))

@@ -4,7 +4,7 @@ The old entry point and Hydra `+` prefixes (legacy_surface.md §3.1 and §4).
 """
 
 from verl_migrate.kinds import FixPlusPrefix, ReplaceEntryPoint
-from verl_migrate.rules.base import register
+from verl_migrate.rule_base import register
 from verl_migrate.target import ENTRY_MODULE
 
 register(

@@ -5,7 +5,7 @@ Configs that extend verl's config tree name it in `hydra.searchpath` (`pkg://ver
 """
 
 from verl_migrate.hydra_kinds import FlagSearchpath
-from verl_migrate.rules.base import register
+from verl_migrate.rule_base import register
 
 register(
     FlagSearchpath(

@@ -8,7 +8,7 @@ name from `name` when `source` is `importlib`.
 """
 
 from verl_migrate.kinds import Drop, MoveSubtree, RenameKey
-from verl_migrate.rules.base import register
+from verl_migrate.rule_base import register
 
 for _id, _old, _new, _kind in (
     ("legacy-custom-reward-function", "custom_reward_function", "reward.custom_reward_function", MoveSubtree),

@@ -5,8 +5,8 @@ built in (verl-omni REF0, 70f38f01, dd260ab9; legacy_surface.md §3.4 rows 22-26
 """
 
 from verl_migrate.kinds import Drop, Flag, RenameKey, SetExplicitDefault, SplitDict
+from verl_migrate.rule_base import register
 from verl_migrate.rules._targets import MODEL, MODEL_ALGO_KEYS, PIPELINE_KEYS
-from verl_migrate.rules.base import register
 
 _CREATES = (f"{MODEL}.pipeline", f"{MODEL}.algo")
 

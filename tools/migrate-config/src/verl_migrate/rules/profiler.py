@@ -5,8 +5,8 @@ row 41; the release that first shipped it is unverified).
 """
 
 from verl_migrate.kinds import Drop
+from verl_migrate.rule_base import register
 from verl_migrate.rules._targets import ARR
-from verl_migrate.rules.base import register
 
 register(
     Drop(

@@ -5,7 +5,7 @@ dd260ab9, legacy_surface.md §2 and §3.4 rows 35-37).
 """
 
 from verl_migrate.kinds import Drop, Flag, RenameValue
-from verl_migrate.rules.base import register
+from verl_migrate.rule_base import register
 
 _RM = "reward.reward_manager"
 #: upstream's importlib reward manager; this project's trainer keeps the registry name `visual` (rules skipped)

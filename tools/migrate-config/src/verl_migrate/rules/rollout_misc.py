@@ -5,8 +5,8 @@ Agent loop name, LLM-only rollout knobs, validation of `mode`, the SDE window an
 """
 
 from verl_migrate.kinds import Drop, Flag, RenameValue, SetExplicitDefault
+from verl_migrate.rule_base import register
 from verl_migrate.rules._targets import ROLLOUT
-from verl_migrate.rules.base import register
 
 register(
     RenameValue(

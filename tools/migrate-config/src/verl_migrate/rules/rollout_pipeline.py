@@ -5,8 +5,8 @@ The top-level diffusion keys and the free-form `extra_configs` become `rollout.p
 """
 
 from verl_migrate.kinds import Drop, Flag, MoveSubtree, RenameKey, SplitDict
+from verl_migrate.rule_base import register
 from verl_migrate.rules._targets import ALGO_KEYS, PIPELINE_KEYS, ROLLOUT
-from verl_migrate.rules.base import register
 
 _CREATES = (f"{ROLLOUT}.pipeline", f"{ROLLOUT}.algo")
 

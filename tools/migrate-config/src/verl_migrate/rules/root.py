@@ -6,7 +6,7 @@ loses defaults entries naming options the target's group does not have (legacy_s
 """
 
 from verl_migrate.completion import CompleteRootDefaults, CompleteRootKeys, GroupFileDefaults
-from verl_migrate.rules.base import register
+from verl_migrate.rule_base import register
 
 register(
     CompleteRootDefaults(

@@ -5,8 +5,8 @@ legacy_surface.md §3.4 rows 12-18 and §3.6 item 2).
 """
 
 from verl_migrate.kinds import Drop, Flag, RenameKey, SetExplicitDefault, SplitDict
+from verl_migrate.rule_base import register
 from verl_migrate.rules._targets import ALGO_KEYS, PIPELINE_KEYS, ROLLOUT, VAL
-from verl_migrate.rules.base import register
 
 _CREATES = (f"{VAL}.pipeline", f"{VAL}.algo")
 
