@@ -2,14 +2,14 @@
 
 Mutations run by hand (each edited into `verl_omni/algos/diffusion_nft.py`, these tests run, then restored):
 
-* v⁻ built like v⁺ (`v_neg = mix_beta * v + (1.0 - mix_beta) * v_old`): FAILED the worked example, the second
-  example and the on-policy gradient test (the gradient no longer flips sign with p − ½).
+* v⁻ built like v⁺ (`v_pos, v_neg = v_old + step, v_old + step`): FAILED the worked example, the second example,
+  the on-policy gradient test and the registered-loss test.
 * the adaptive weights left in the graph (`w_pos = e_pos.abs()...` without `.detach()`): FAILED only
-  `test_on_policy_gradient_is_reward_weighted_flow_matching` (the values still match, the gradient halves).
-* the ÷β dropped (`per_sample = p * l_pos + (1.0 - p) * l_neg`): FAILED the worked example (0.3892 ≠ 3.8925) and
-  the second example.
-* p without the ½ offset (`a / (2.0 * adv_clip_max)` in `nft_optimality`): FAILED the worked example and
-  `test_optimality_and_adv_modes`.
+  `test_on_policy_gradient_is_reward_weighted_flow_matching` (the values still match, the gradient does not).
+* the ÷β dropped (`per_sample = p * l_pos + (1.0 - p) * l_neg`): FAILED the worked example (0.3892 ≠ 3.8925), the
+  on-policy gradient test and the registered-loss test (not the second example, whose β is 1).
+* p without the ½ offset (`a / (2.0 * adv_clip_max)` in `nft_optimality`): FAILED the worked example,
+  `test_optimality_and_adv_modes` and the registered-loss test.
 """
 
 from __future__ import annotations

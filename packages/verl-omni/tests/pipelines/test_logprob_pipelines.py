@@ -269,8 +269,8 @@ def test_without_log_probs_the_trajectory_holds_only_the_clean_latents_of_the_od
     """`calculate_log_probs=False` (DiffusionNFT's rollout): every step is Euler whatever `noise_level` says, and the
     trajectory holds the final latents, the timestep grid and the prompt embeddings — no window, no log-probs.
 
-    Mutation run by hand: the clean trajectory keeps `latents` of the window path (`"latents_clean": window_latents`):
-    FAILED (shape and value)."""
+    Mutation run by hand: the sampler draws the SDE window without log-probs too (the `calculate_log_probs` branch
+    of step 4 removed): FAILED for qwen_image and sd3 (the clean latents are no longer the ODE's)."""
     cfg = tiny_sampling_config.evolve(n=1, noise_level=0.0)
     ode = pipe.generate_with_logprob(PROMPTS, cfg, make_generators(9, 2)).trajectory  # stores x_0 .. x_3 (K = 3)
     clean = pipe.generate_with_logprob(
