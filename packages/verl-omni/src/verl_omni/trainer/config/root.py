@@ -68,7 +68,8 @@ class DiffusionTrainerConfig(BaseConfig):
             loss that trains on clean samples (`diffusion_nft`) with `bypass_mode=true`, `actor.use_kl_loss=true`,
             `ref_kl_coef > 0` and full fine-tuning, or CFG in the rollout; a loss on SDE transitions with
             `algorithm.trainer_type=direct_preference` or `adv_mode != continuous`; a loss on
-            preference pairs (`dpo`) with `rollout.n < 2`, full fine-tuning, `actor.shuffle=true`, an odd
+            preference pairs (`dpo`) with `rollout.n < 2`, full fine-tuning, `actor.shuffle=true`, `use_kl_loss=true`
+            or `ref_kl_coef > 0`, an odd
             `ppo_micro_batch_size_per_gpu`, or prompts that do not split whole over the actor ranks.
     """
 
@@ -144,6 +145,8 @@ class DiffusionTrainerConfig(BaseConfig):
             "means, which only the actor's old-log-prob pass (or the fused on-policy update) computes; bypass mode "
             "takes the rollout's log-probs and has no means; set bypass_mode=false",
         )
+        if spec.trains_on == "pairs":  # first: its reference rules differ from the other clean-sample losses'
+            self._check_pairs(mode)
         self._check_trains_on(mode, spec.needs_log_probs)
         _check(
             spec.trains_on == "pairs" or not self.algorithm.paired_preference,
@@ -151,8 +154,6 @@ class DiffusionTrainerConfig(BaseConfig):
             f"true: actor_rollout_ref.actor.diffusion_loss.loss_mode={mode!r} does not train on preference pairs; set "
             "paired_preference=false, or actor_rollout_ref.model.algorithm=dpo",
         )
-        if spec.trains_on == "pairs":
-            self._check_pairs(mode)
 
     def _check_pairs(self, mode: str) -> None:
         """A loss on (chosen, rejected) pairs (`dpo`): groups of two or more, a reference, whole pairs per rank."""
@@ -175,6 +176,16 @@ class DiffusionTrainerConfig(BaseConfig):
             "actor_rollout_ref.actor.shuffle",
             f"true: {loss} trains adjacent (chosen, rejected) rows that must stay together; set actor.shuffle=false",
         )
+        for key, value in (
+            ("use_kl_loss", arr.actor.use_kl_loss),
+            ("diffusion_loss.ref_kl_coef", arr.actor.diffusion_loss.ref_kl_coef),
+        ):
+            _check(
+                not value,
+                f"actor_rollout_ref.actor.{key}",
+                f"{value}: {loss} is already relative to the reference (its implicit reward), so no extra reference "
+                f"term applies; unset actor.{key} (tune diffusion_loss.dpo_beta instead)",
+            )
         micro = arr.actor.ppo_micro_batch_size_per_gpu
         _check(
             micro is None or micro % 2 == 0,
