@@ -87,7 +87,8 @@ class ForwardLossInput:
         old_velocity (`torch.Tensor` of shape `(B, *latent)`, *optional*): v_old of the old (behaviour) policy at the
             same input; given when the loss lists `"old_velocity"` in `needs`.
         ref_velocity (`torch.Tensor` of shape `(B, *latent)`, *optional*): v_ref of the reference (LoRA adapters
-            disabled) at the same input; given when `actor.diffusion_loss.ref_kl_coef > 0`.
+            disabled) at the same input; given when `actor.diffusion_loss.ref_kl_coef > 0`, and always to a
+            `"pairs"` loss (`dpo`).
         clean_latents (`torch.Tensor` of shape `(B, *latent)`): the rollout's final latents x₀.
         noise (`torch.Tensor` of shape `(B, *latent)`): ε of `x_t = (1 − t)·x₀ + t·ε`.
         sigma (`torch.Tensor` of shape `(B,)`): t (= timestep / 1000).
