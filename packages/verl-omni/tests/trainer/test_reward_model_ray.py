@@ -56,14 +56,16 @@ def test_colocated_reward_model_scores_a_step_and_sleeps_between_phases(ray_sess
         seen["metrics"] = components.reward_model.server_metrics()
         seen["endpoint"] = components.reward_model.endpoint
 
-    run = trainer_run(tmp_path, _ocr_overrides(ocr_data, vlm_path), inspect=inspect)
+    overrides = [*_ocr_overrides(ocr_data, vlm_path), "trainer.val_before_train=true"]
+    run = trainer_run(tmp_path, overrides, inspect=inspect)
     assert run.error is None, run.error
     (row,) = run.history
     assert 0.0 <= row["critic/rewards/min"] <= row["critic/rewards/max"] <= 1.0
     (server,) = seen["metrics"].values()  # one actor rank: one colocated reward server
-    assert server["counters"]["chat_completions"] == 4  # 2 prompts x n=2 images, each read once
-    # asleep after launch and after the reward phase, awake only for it
-    assert server["counters"]["sleeps"] == 2 and server["state"] == "sleeping"
+    # 1 validation image, then 2 prompts x n=2 training images, each read once
+    assert server["counters"]["chat_completions"] == 5
+    # asleep after launch, after the validation reward and after the step's reward: awake only for them
+    assert server["counters"]["sleeps"] == 3 and server["state"] == "sleeping"
     assert seen["endpoint"].model_name == str(vlm_path)
 
 
