@@ -54,7 +54,11 @@ def test_dance_grpo_resume_draws_the_same_noise_and_step_subsets(ray_session, tr
     """3 steps straight == 2 steps, checkpoint, resume, 1 step, with shared initial noise and a step subset (FAST:
     K = 2, τ = 0.5 → 1 step per image): the resumed step's rewards, metrics, weights and AdamW state are
     bit-identical (the rewards too: the same images, so the same noise). The shared noise itself is checked in
-    tests/pipelines/test_shared_noise.py, the subset's update in tests/engine/test_fsdp_engine_step_subset.py."""
+    tests/pipelines/test_shared_noise.py, the subset's update in tests/engine/test_fsdp_engine_step_subset.py.
+
+    Mutation run by hand: the subset's seed drawn from the OS (`random.Random().getrandbits(63)` in
+    `FlowGRPOTrainer._train_step_mask`): FAILED, the resumed step's `actor/*` metrics differ from the straight run's.
+    """
     dance = ["actor_rollout_ref.rollout.algo.init_same_noise=true", "algorithm.timestep_fraction=0.5",
              "actor_rollout_ref.rollout.algo.sde_window_size=2"]  # fmt: skip
     straight = trainer_run(tmp_path / "straight", [*dance, "trainer.total_training_steps=3"], fingerprint=True)

@@ -60,7 +60,12 @@ def test_mix_grpo_quickstart_raises_the_reward_by_more_than_3_standard_errors(
 def test_mix_grpo_resume_continues_the_window_schedule_bit_for_bit(ray_session, trainer_run, metric_diff, tmp_path):
     """3 steps straight == 2 steps, checkpoint, resume, 1 step, under a progressive window (starts 0, 1, 1): the
     checkpoint records the window position, the resumed step's window, metrics, weights and AdamW state are
-    bit-identical; a checkpoint whose recorded position the schedule does not reproduce is refused."""
+    bit-identical (a checkpoint whose recorded position the schedule does not reproduce is refused: see
+    tests/trainer/test_window_resume.py).
+
+    Mutation run by hand: `FlowGRPOTrainer.save_checkpoint` recording `"sde_window_start": None`: FAILED,
+    `assert None == 1`.
+    """
     window = [
         "actor_rollout_ref.rollout.algo.sample_strategy=progressive",
         "actor_rollout_ref.rollout.algo.iters_per_group=2",  # FAST: K=1 in [0, 2]: starts 0, 1, 1
