@@ -13,8 +13,8 @@ import math
 from typing import Any, Literal
 
 from verl_core.config import BaseConfig, ConfigValueError
-from verl_omni.reward.reward_model import RewardModelConfig
 from verl_omni.reward.builtin import BUILTIN_REWARD_FUNCTIONS
+from verl_omni.reward.reward_model import RewardModelConfig
 
 __all__ = [
     "CustomRewardFunctionConfig",
@@ -187,6 +187,8 @@ class RewardConfig(BaseConfig):
         timeout_s (`float`): a whole batch must be scored within this many seconds; a worker that has not
             answered by then (hung or dead) is an error naming it.
         num_cpus_per_worker (`float`): Ray CPUs each reward actor reserves.
+        stream (`bool`): score each request's groups as soon as they are generated, while the rest of the step is
+            still generating (`verl_omni.reward.stream.RewardStream`); the rewards are the same as with false.
         custom_reward_function: see `CustomRewardFunctionConfig`.
         reward_functions (`dict[str, RewardFunctionConfig]`): multi-reward terms by id; when non-empty they
             replace `custom_reward_function` and the score is their `aggregation`.
@@ -204,6 +206,7 @@ class RewardConfig(BaseConfig):
     pool: Literal["ray", "thread"] = "ray"
     timeout_s: float = 300.0
     num_cpus_per_worker: float = 1.0
+    stream: bool = False
     custom_reward_function: CustomRewardFunctionConfig = dataclasses.field(default_factory=CustomRewardFunctionConfig)
     reward_functions: dict[str, RewardFunctionConfig] = dataclasses.field(default_factory=dict)
     aggregation: Literal["weighted_sum"] = "weighted_sum"

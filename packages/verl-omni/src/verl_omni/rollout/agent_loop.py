@@ -237,6 +237,7 @@ class DiffusionAgentLoop:
         seed: int,
         negative_prompts: Sequence[str | None] | None = None,
         request_id_prefix: str | None = None,
+        on_request_done: Callable[[int, int, TensorDict], None] | None = None,
     ) -> DiffusionRolloutOutput:
         """Send the prompts in requests of `group_size` prompts and return every trajectory in one TensorDict.
 
@@ -247,6 +248,9 @@ class DiffusionAgentLoop:
             seed (`int`): base seed; global row `j` uses `seed + j` (a request is seeded with its first row's seed).
             negative_prompts (`Sequence[str | None]`, *optional*): one per prompt (None = the model's default).
             request_id_prefix (`str`, *optional*): request ids are `{prefix}-{i}` (to abort them by id).
+            on_request_done (`Callable`, *optional*): called on the event loop as each request finishes, with its
+                first prompt, its prompt count and its rows (`count * n`, prompt-major), before the others are
+                back (reward streaming, `reward.stream`); an error it raises fails the request.
 
         Raises:
             ValueError: no prompts, or `negative_prompts` of another length.
@@ -274,7 +278,7 @@ class DiffusionAgentLoop:
         limit = asyncio.Semaphore(self.max_concurrency or len(requests))
         counts = [min(size, len(prompts) - start) for start in starts]
         tasks = [
-            asyncio.ensure_future(self._one(_what(start, count), start, r, limit))
+            asyncio.ensure_future(self._one(_what(start, count), start, r, limit, count, on_request_done))
             for start, count, r in zip(starts, counts, requests, strict=True)
         ]
         try:
@@ -291,6 +295,21 @@ class DiffusionAgentLoop:
         return _concat(results, starts, counts, [r["seed"] for r in requests], n)
 
     async def _one(
+        self,
+        what: str,
+        index: int,
+        request: dict[str, Any],
+        limit: asyncio.Semaphore,
+        count: int = 1,
+        on_done: Callable[[int, int, TensorDict], None] | None = None,
+    ) -> tuple[dict, int, float]:
+        result = await self._send(what, index, request, limit)
+        if on_done is not None:
+            traj = result[0]["trajectory"]
+            on_done(index, count, traj.reshape(-1) if traj.batch_dims > 1 else traj)
+        return result
+
+    async def _send(
         self, what: str, index: int, request: dict[str, Any], limit: asyncio.Semaphore
     ) -> tuple[dict, int, float]:
         async with limit:

@@ -34,6 +34,8 @@ from verl_omni.algos.dance_grpo import timestep_subset_mask
 from verl_omni.config.actor import torch_dtype_name
 from verl_omni.data import iter_batches
 from verl_omni.pipelines import DiffusionSamplingConfig
+from verl_omni.reward.batch import RewardOutput
+from verl_omni.reward.stream import RewardStream
 from verl_omni.rollout import pin_sde_window
 from verl_omni.trainer.checkpoint import run_signature
 from verl_omni.trainer.components import TrainerComponents
@@ -175,20 +177,9 @@ class FlowGRPOTrainer:
                 # 2. rollout: n images per prompt, one SDE window for the whole step
                 sampling, start = self._step_sampling(step)
                 self.window_start = start if self.window else None
-                with _timer(timing, "gen"):
-                    batch = c.rollout.generate(records, sampling, seed=self.seed + step * _STEP_SEED_STRIDE)
-                self._check_served_version(batch)
-                metrics.update(getattr(c.rollout, "last_request_metrics", {}))  # transport + codec time
-
-                # 3. the rollout sleeps: the actor gets the devices
-                if self.free_cache:
-                    with _timer(timing, "rollout_sleep"):
-                        c.rollout.sleep()
-
-                # 4. reward: one scalar per image
-                per_sample = [records[int(i)] for i in batch["prompt_index"]]
-                with _timer(timing, "reward"), self._reward_model_awake(f"the reward of step {step}"):
-                    scored = c.reward.score_records(batch["images"], per_sample, step=step)
+                # 3. the rollout sleeps: the actor gets the devices; 4. reward: one scalar per image (`reward.stream`:
+                #    each group scored as soon as it is generated, joined in batch order)
+                batch, scored = self._generate_and_score(records, sampling, step, timing, metrics)
                 rewards, reward_metrics = scored.scores, scored.metrics()
 
                 # 4b. DanceGRPO: each sample trains a random subset of its stored SDE steps (timestep_fraction < 1)
@@ -264,6 +255,46 @@ class FlowGRPOTrainer:
         return self.history
 
     # ---- phases -------------------------------------------------------------------------------------------
+
+    def _generate_and_score(
+        self, records: list, sampling: DiffusionSamplingConfig, step: int, timing: dict, metrics: dict
+    ) -> tuple[TensorDict, RewardOutput]:
+        """Steps 2-4: the rollout, its sleep, the rewards; `timing_s/reward_exposed` is the wait for the rewards.
+
+        With `reward.stream` each request's groups are scored while the others are generated (`RewardStream`), the
+        reward model awake through both; `timing_s/reward` is then the span from the first group submitted to the
+        last scored.
+        """
+        c = self._components()
+        seed = self.seed + step * _STEP_SEED_STRIDE
+        with contextlib.ExitStack() as scope:
+            stream = None
+            if self.config.reward.stream:
+                scope.enter_context(self._reward_model_awake(f"the reward of step {step}"))
+                stream = scope.enter_context(
+                    RewardStream(c.reward, records, n=sampling.n, step=step, timeout_s=self.config.reward.timeout_s,
+                                 max_workers=self.config.reward.num_workers)
+                )  # fmt: skip
+            with _timer(timing, "gen"):
+                if stream is None:
+                    batch = c.rollout.generate(records, sampling, seed=seed)
+                else:
+                    batch = c.rollout.generate(records, sampling, seed=seed, on_request_done=stream.submit)
+            self._check_served_version(batch)
+            metrics.update(getattr(c.rollout, "last_request_metrics", {}))  # transport + codec time
+            if self.free_cache:
+                with _timer(timing, "rollout_sleep"):
+                    c.rollout.sleep()
+            if stream is not None:
+                with _timer(timing, "reward_exposed"):
+                    scored = stream.collect(batch.batch_size[0])
+                timing["reward"] = stream.span_s
+                return batch, scored
+        per_sample = [records[int(i)] for i in batch["prompt_index"]]
+        with _timer(timing, "reward_exposed"), self._reward_model_awake(f"the reward of step {step}"):
+            scored = c.reward.score_records(batch["images"], per_sample, step=step)
+        timing["reward"] = timing["reward_exposed"]
+        return batch, scored
 
     def _prepare_clean_batch(self, batch: TensorDict, step: int) -> None:
         """A loss on clean samples: advantages after `algorithm.adv_mode`, and each row's trained timesteps.

@@ -37,8 +37,13 @@ class PromptSource(Protocol):
 class RolloutService(Protocol):
     """The rollout servers: sampling with log-probs, sleep/wake, where weights go."""
 
-    def generate(self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int) -> TensorDict:
-        """`sampling.n` trajectories per record, prompt-major, with `prompt_index`, `weight_version`, `server_rank`."""
+    def generate(
+        self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int, **kwargs: Any
+    ) -> TensorDict:
+        """`sampling.n` trajectories per record, prompt-major, with `prompt_index`, `weight_version`, `server_rank`.
+
+        With `reward.stream` the trainer passes `on_request_done(start, count, rows)`, called as each request ends.
+        """
 
     def sleep(self) -> None:
         """Free the servers' accelerator memory (colocated mode, before training)."""
@@ -59,10 +64,11 @@ class RolloutService(Protocol):
 class RewardScorer(Protocol):
     """Scores a step's images."""
 
-    def score(
-        self, images: torch.Tensor, records: Sequence[Any], *, step: int
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Rewards `(B,)` float32 for uint8 images `(B, 3, H, W)` and their per-sample records, plus metrics."""
+    def score_records(self, images: torch.Tensor, records: Sequence[Any], *, step: int) -> Any:
+        """A `RewardOutput`: rewards `(B,)` float32 for uint8 images `(B, 3, H, W)` and their per-sample records."""
+
+    def score(self, batch: Any, *, step: int | None = None) -> Any:
+        """A `RewardOutput` for a `RewardBatch` (`reward.stream` scores each group so, `batch.offset` its first row)."""
 
     def close(self) -> None:
         """Release the scorer's workers."""

@@ -14,7 +14,7 @@ import concurrent.futures
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from tensordict import TensorDict
@@ -118,10 +118,17 @@ class ColocatedRollout:
 
     # ---- the calls the trainer makes ----------------------------------------------------------------
 
-    def generate(self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int) -> TensorDict:
+    def generate(
+        self,
+        records: Sequence[Any],
+        sampling: DiffusionSamplingConfig,
+        seed: int,
+        on_request_done: Callable[[int, int, TensorDict], None] | None = None,
+    ) -> TensorDict:
         """The records through the agent loop (`rollout.agent.prompts_per_request` a request), over the servers.
 
-        Record `i`'s rows are seeded `seed + i*n + r` whatever the grouping.
+        Record `i`'s rows are seeded `seed + i*n + r` whatever the grouping. `on_request_done(start, count, rows)`
+        is called on the driver's event loop as each request finishes (reward streaming, `reward.stream`).
 
         Returns:
             The trajectories, prompt-major, with `prompt_index`, `seed`, `weight_version` and `server_rank` per row.
@@ -132,6 +139,7 @@ class ColocatedRollout:
             sampling=sampling,
             seed=seed,
             negative_prompts=negatives if any(n is not None for n in negatives) else None,
+            on_request_done=on_request_done,
         )
         out = self._run(call, "generate", self.config.request_timeout_s)
         self.last_request_metrics = request_overhead_metrics(
