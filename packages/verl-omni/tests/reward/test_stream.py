@@ -17,7 +17,7 @@ from tensordict import TensorDict
 
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.reward import RewardConfig, VisualRewardManager
-from verl_omni.reward.batch import RewardBatch
+from verl_omni.reward.batch import RewardBatch, RewardFunctionError
 from verl_omni.reward.stream import RewardStream
 from verl_omni.rollout import DiffusionAgentLoop
 
@@ -108,3 +108,23 @@ def test_collect_names_groups_missing_from_the_batch(manager, make_images):
         stream.submit(1, 1, TensorDict({"images": images}, batch_size=[N]))
         with pytest.raises(RuntimeError, match=r"groups at rows \[2\] do not cover the batch's 4 rows"):
             stream.collect(4)
+
+
+def test_a_failing_group_names_the_step_and_its_sample_index_in_the_whole_batch(write_reward_file, make_images):
+    path = write_reward_file(
+        """
+        def compute_score(data_source, solution_image, ground_truth, extra_info, **kwargs):
+            if extra_info["i"] == 1:
+                raise ValueError("bad image")
+            return 0.5
+        """,
+        name="fails.py",
+    )
+    config = RewardConfig(pool="thread", num_workers=2, custom_reward_function={"path": path})
+    images = make_images(2, 2, size=16)
+    with VisualRewardManager(config) as manager, RewardStream(manager, _records(2), n=N, step=7) as stream:
+        stream.submit(1, 1, TensorDict({"images": images[N:]}, batch_size=[N]))
+        stream.submit(0, 1, TensorDict({"images": images[:N]}, batch_size=[N]))
+        with pytest.raises(RewardFunctionError, match=r"at step 7 on sample 2 ") as info:
+            stream.collect(2 * N)
+    assert isinstance(info.value.__cause__, ValueError)
