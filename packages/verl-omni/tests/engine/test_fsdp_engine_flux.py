@@ -98,3 +98,14 @@ def test_flux_every_registered_loss_mode_updates_the_weights(make_engine, tiny_f
     metrics = engine.update_policy(traj)
     assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"])) and metrics["actor/grad_norm"] > 0, metrics
     assert _changed(before, _params(engine))
+
+
+def test_default_prefixes_warn_that_flux_single_blocks_stay_in_the_root_unit(make_engine, tiny_flux_path, caplog):
+    """The default `[transformer_blocks.]` shards FLUX's double-stream blocks only: the warning names the rest."""
+    with caplog.at_level("WARNING", logger="verl_omni.engine.fsdp_engine"):
+        make_engine(path=tiny_flux_path)
+    assert "single_transformer_blocks. (2 × FluxSingleTransformerBlock)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="verl_omni.engine.fsdp_engine"):
+        make_engine(path=tiny_flux_path, model=BOTH_BLOCK_LISTS)
+    assert "fsdp_layer_prefixes" not in caplog.text

@@ -8,6 +8,7 @@ The engine never re-implements the policy: every log-prob it computes goes throu
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,8 @@ from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
 from verl_omni.engine.pair_update import update_on_pairs
 from verl_omni.engine.weight_export import ExportBuffer
 from verl_omni.schedulers.settings import setting_name
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DiffusersFSDPEngine"]
 
@@ -126,6 +129,7 @@ class DiffusersFSDPEngine:
         offload = CPUOffloadPolicy(pin_memory=True) if fsdp.cpu_offload else OffloadPolicy()
         kwargs = {"mesh": self.mesh, "mp_policy": mp, "offload_policy": offload}
         blocks = self._blocks(transformer, model_config.fsdp_layer_prefixes)
+        _warn_unsharded_repeated_blocks(transformer, blocks, model_config.fsdp_layer_prefixes)
         for block in blocks:
             if compile_blocks:
                 block.compile()
@@ -615,3 +619,28 @@ def _accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) ->
         acc[name] = torch.maximum(acc[name], value)
     else:
         acc[name] = acc[name] + value
+
+
+def _warn_unsharded_repeated_blocks(transformer: nn.Module, blocks: list[nn.Module], prefixes: list[str]) -> None:
+    """Warn when blocks the model repeats (diffusers' `_repeated_blocks`) are outside `fsdp_layer_prefixes`.
+
+    They then sit in the root FSDP unit (gathered whole, never compiled one by one): FLUX's single-stream blocks
+    with the default `[transformer_blocks.]`.
+    """
+    names = set(getattr(transformer, "_repeated_blocks", None) or ())
+    chosen = {id(b) for b in blocks}
+    left: dict[str, list[str]] = {}
+    for name, module in transformer.named_modules():
+        if (
+            type(module).__name__ in names
+            and id(module) not in chosen
+            and not any(name.startswith(p) for p in prefixes)
+        ):
+            left.setdefault(name.rpartition(".")[0] + ".", []).append(type(module).__name__)
+    if left:
+        lists = ", ".join(f"{prefix} ({len(found)} × {found[0]})" for prefix, found in left.items())
+        logger.warning(
+            "actor_rollout_ref.model.fsdp_layer_prefixes=%s leaves the repeated blocks of %s under %s in the root "
+            "FSDP unit (not sharded or compiled one by one); add those prefixes to the list",
+            prefixes, type(transformer).__name__, lists,
+        )  # fmt: skip
