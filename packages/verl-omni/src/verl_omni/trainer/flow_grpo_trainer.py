@@ -94,6 +94,7 @@ class FlowGRPOTrainer:
         rollout = config.actor_rollout_ref.rollout
         model = _adapter_name(config.actor_rollout_ref.model.path)
         self.loss = loss_spec(config.actor_rollout_ref.actor.diffusion_loss.loss_mode)
+        self.loss_mode = config.actor_rollout_ref.actor.diffusion_loss.loss_mode  # the progress bar's label
         self.train_sampling = rollout.sampling_config(model)
         if not self.loss.needs_log_probs:  # a loss on clean samples: ODE sampling, only the clean latents come back
             self.train_sampling = self.train_sampling.evolve(calculate_log_probs=False)
@@ -164,7 +165,7 @@ class FlowGRPOTrainer:
                 c.tracker.log(metrics, 0)
         if trainer.val_only:
             return self.history
-        progress = tqdm(total=c.total_steps, initial=self.step, desc="FlowGRPO", unit="step", dynamic_ncols=True)
+        progress = tqdm(total=c.total_steps, initial=self.step, desc=self.loss_mode, unit="step", dynamic_ncols=True)
         self._progress = progress  # closed by `cleanup` when the loop is cut short (Ctrl-C)
         while self.step < c.total_steps:
             step = self.step + 1

@@ -186,7 +186,7 @@ def run(argv: Sequence[str], *, default_config: str = QUICKSTART, command: Seque
     run_dir = pathlib.Path(trainer_cfg.run_dir)
     rows = read_metrics(run_dir / "metrics.jsonl")
     print(f"metrics: {run_dir / 'metrics.jsonl'}")
-    print(f"reward curve: {write_reward_curve(rows, run_dir / 'reward_curve.png')}")
+    print(f"reward curve: {write_reward_curve(rows, run_dir / 'reward_curve.png', title=trainer.loss_mode)}")
     val_images = {s: v for s, v in load_val_images(run_dir).items() if s <= trainer.step} | trainer.val_images
     grid = write_sample_grid(val_images, run_dir / "samples_first_last.png")
     if grid is not None:
