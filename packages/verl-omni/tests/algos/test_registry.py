@@ -62,7 +62,8 @@ def test_register_loss_refuses_a_second_function_under_one_name(clean_registry):
 
 
 def test_config_accepts_a_newly_registered_loss_mode(clean_registry):
-    with pytest.raises(ConfigValueError, match=r"loss_mode: expected a registered loss \((\w+, )*flow_grpo, grpo_guard\b"):
+    expected = r"loss_mode: expected a registered loss \((\w+, )*flow_grpo, grpo_guard\b"
+    with pytest.raises(ConfigValueError, match=expected):
         DiffusionLossConfig(loss_mode="my_loss")
 
     @register_loss("my_loss")

@@ -46,8 +46,8 @@ class DiffusionGenerateRequest(GenerateRequest):
 
     `sampling_params` keys are `DiffusionSamplingConfig` fields (`n`, `num_inference_steps`, `height`, `width`,
     `noise_level`, `sde_type`, `cps_logprob`, `sde_window_size`, `sde_window_range`, `sde_window_per_row`,
-    `guidance_scale`, `max_sequence_length`, `calculate_log_probs`); the server checks them (unknown keys: 422 naming the key). Rows are
-    seeded `seed + r`; without a seed the server draws one and reports it.
+    `guidance_scale`, `max_sequence_length`, `calculate_log_probs`); the server checks them (unknown keys: 422
+    naming the key). Rows are seeded `seed + r`; without a seed the server draws one and reports it.
     """
 
     prompt: str | list[str] | None = None
