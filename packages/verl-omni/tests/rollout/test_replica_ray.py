@@ -24,7 +24,7 @@ def ray_cluster():
 
 def test_replica_serves_the_agent_loop_and_takes_lora_updates(ray_cluster, tiny_qwen_image_path):
     pipeline = {"height": 32, "width": 32, "num_inference_steps": 4, "max_sequence_length": 32}
-    algo = {"noise_level": 0.7, "sde_window_size": 2, "sde_window_range": [0, 3]}
+    algo = {"noise_level": 0.7, "sde_window_size": 2, "sde_window_range": [0, 2]}  # window at 0: latents[:, 0] is x_T
     config = DiffusionRolloutConfig(dtype="float32", device="cpu", n=2, pipeline=pipeline, algo=algo)
     config = config.with_model(str(tiny_qwen_image_path))
     replica = RolloutReplica(config, num_servers=1)
