@@ -3,7 +3,8 @@
 # machine, build the package bundle first with `bash benchmarks/prepare_device.sh`):
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
 # Phases: env, tests, vllm, vllm-trainer, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
-#         trainer, trainer-run (= trainer-run-a trainer-run-b), trainer-run-scaling (needs 2 GPUs), lora-sync.
+#         trainer, trainer-run (= trainer-run-a trainer-run-b), trainer-run-algos, trainer-run-algos-sde,
+#         trainer-run-scaling (needs 2 GPUs), lora-sync.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
@@ -14,6 +15,10 @@
 #   trainer-run-a / -b: bench_trainer_run.py (the real verl-omni-train on Ray + HTTP rollout), 2 warm-up + 3 steps:
 #            workload A compiled, colocated and awake, with the flow_grpo-style baseline in the same command; workload
 #            B compiled, colocated and awake. Each fits one 10-minute call of the lent machine.
+#   trainer-run-algos / trainer-run-algos-sde: bench_trainer_run.py on workload A per algorithm (docs/omni/algorithms.md),
+#            1 warm-up + 3 steps, no baseline: FlowGRPO `default` and `nocfg` (its rollout without CFG, as nft / dpo) beside
+#            nft, dpo, `nocfg+nokl` vs `nft+nokl` (no reference forward in either); then `default` beside mix, dance, guard,
+#            dppo. RUN_ALGOS_VARIANTS / RUN_ALGOS_SDE_VARIANTS replace the lists. Each fits one 10-minute call.
 #   trainer-run-scaling (needs 2 GPUs): workload A compiled on one GPU and on two (twice the prompts per step),
 #            colocated; the two-GPU run's `vs_1gpu` is the weak-scaling ratio (target >= 1.8).
 #            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+eager-rollout`).
@@ -22,6 +27,9 @@
 #            on vLLMOmniHttpServer with tiny Qwen-Image and SD3; the in-memory LoRA through the hijack); needs the
 #            vLLM bundle: `source benchmarks/device_env.sh` first (its header says how the bundles travel)
 #   vllm-trainer: verl-omni-train on rollout.name=vllm_omni for 3 steps (colocated, LoRA sync), tiny Qwen-Image
+#   reward-model: the vLLM chat route on a tiny Qwen2.5-VL (images, same answers as vLLM's own app, sleep/wake), the OCR
+#            recipe's reward model on vLLM in the trainer (colocated; own pool with 2 GPUs), bench_chat.py on vLLM
+#            (needs the vLLM bundle)
 #   trainer-run-vllm: workload A with the diffusers rollout and with vllm_omni in one command (needs the vLLM bundle)
 #   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, from a second process shm vs CUDA IPC, the engine's update vs per-tensor
 #            copies, merge vs peft, sleep / wake after a LoRA update vs full copies)
@@ -66,6 +74,12 @@ for phase in "$@"; do
     trainer-run-b) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-b timeout 560 python3 benchmarks/bench_trainer_run.py \
                      --device cuda --preset b --variants "${RUN_B_VARIANTS:-compile,compile+awake}" --skip-baseline --warmup 2 --steps 3 \
                      --out "$out" ;;
+    trainer-run-algos) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-algos timeout 560 python3 benchmarks/bench_trainer_run.py \
+                         --device cuda --preset a --variants "${RUN_ALGOS_VARIANTS:-default,nocfg,nft,dpo,nocfg+nokl,nft+nokl}" \
+                         --skip-baseline --warmup 1 --steps 3 --out "$out/algos" ;;
+    trainer-run-algos-sde) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-algos-sde timeout 560 python3 benchmarks/bench_trainer_run.py \
+                             --device cuda --preset a --variants "${RUN_ALGOS_SDE_VARIANTS:-default,mix,dance,guard,dppo}" \
+                             --skip-baseline --warmup 1 --steps 3 --out "$out/algos_sde" ;;
     trainer-run-scaling) run bench-trainer-run-scaling timeout 560 python3 benchmarks/bench_trainer_run.py \
                            --device cuda --preset a --variants "${RUN_SCALING_VARIANTS:-compile,compile+2gpu}" \
                            --skip-baseline --warmup 2 --steps 3 --out "$out/scaling" ;;
@@ -80,6 +94,11 @@ for phase in "$@"; do
     trainer-run-vllm) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-vllm timeout 560 python3 benchmarks/bench_trainer_run.py \
                         --device cuda --preset a --variants "${RUN_VLLM_VARIANTS:-compile+vllm-omni,compile}" \
                         --skip-baseline --warmup 1 --steps 3 --out "$out/vllm" ;;
+    reward-model) VERL_TEST_RAY_LOGS=1 run gpu-reward-model timeout -k 10 "${REWARD_MODEL_TIMEOUT:-360}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s \
+                    packages/verl-core/tests/rollout/test_gpu_backends.py::test_vllm_chat_answers_image_questions_like_vllms_own_app_and_after_sleep \
+                    packages/verl-omni/tests/trainer/test_trainer_gpu.py -k reward_model
+                  CUDA_VISIBLE_DEVICES=0 run bench-chat-vllm timeout 200 python3 benchmarks/bench_chat.py --backend vllm --device cuda \
+                    --requests 256 --concurrency 64 --rounds 3 --out "$out" ;;
     dist) run gpu-dist python3 -m pytest -p no:cacheprovider -m gpu -q -rs \
             packages/verl-omni/tests/engine/test_fsdp_engine_distributed.py ;;
     lora-kl) run gpu-lora-kl python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k lora_kl \

@@ -57,3 +57,60 @@ class TestVLLMServerContract(ServerContractSuite):
             long_request={"prompt_ids": [4, 5], "sampling_params": {"max_tokens": 500, "ignore_eos": True}},
             new_weights=lambda seed: random_state_dict(folder, seed=seed),
         )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm (pip install 'verl-core[vllm]')")
+def test_vllm_chat_answers_image_questions_like_vllms_own_app_and_after_sleep(tmp_path):
+    """`/v1/chat/completions` on vLLM with a tiny random Qwen2.5-VL: images reach the model, the checked route answers
+    what vLLM's own OpenAI app answers for the same seeded request, and a sleep / wake keeps the greedy answer."""
+    import base64
+    import io
+
+    import httpx
+    import openai
+    from PIL import Image
+
+    from verl_core.rollout.vllm import vLLMHttpServer
+    from verl_core.testing.tiny_llm import build_tiny_vlm
+
+    def ask(color):
+        buffer = io.BytesIO()
+        Image.new("RGB", (64, 48), color).save(buffer, format="PNG")
+        url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+        text = {"type": "text", "text": "what is in the image"}
+        return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, text]}]
+
+    folder = build_tiny_vlm(tmp_path / "vlm", hidden_size=256, num_heads=4, vision_heads=4)
+    config = RolloutConfig(
+        model={"path": str(folder)}, name="vllm", gpu_memory_utilization=0.2, enforce_eager=True, max_model_len=1024,
+        request_timeout_s=120, max_request_bytes=64 << 20,
+    )  # fmt: skip
+    server = vLLMHttpServer(config)
+    run(server.launch())
+    http = httpx.Client(trust_env=False, timeout=120)
+    try:
+        ours = openai.OpenAI(base_url=server.address + "/v1", api_key="-", max_retries=0, http_client=http)
+        theirs = openai.OpenAI(base_url=server.address + "/openai/v1", api_key="-", max_retries=0, http_client=http)
+        red, blue = ask((220, 10, 10)), ask((10, 10, 220))
+        greedy = {"max_tokens": 8, "temperature": 0.0}
+        answer = ours.chat.completions.create(model="judge", messages=red, **greedy)
+        assert answer.object == "chat.completion" and answer.model == "judge"
+        text_only = ours.chat.completions.create(
+            model="judge", messages=[{"role": "user", "content": "what is in the image"}], **greedy
+        )
+        assert answer.usage.prompt_tokens >= text_only.usage.prompt_tokens + 3  # the image's tokens count
+        assert ours.chat.completions.create(model="j", messages=blue, **greedy).choices[0].message.content != (
+            answer.choices[0].message.content
+        )
+        sampled = {"max_tokens": 8, "temperature": 1.0, "seed": 11, "n": 2}
+        mine = ours.chat.completions.create(model="j", messages=red, **sampled)
+        direct = theirs.chat.completions.create(model="verl", messages=red, **sampled)
+        assert [c.message.content for c in mine.choices] == [c.message.content for c in direct.choices]
+        run(server.sleep(level=1))
+        run(server.wake_up())
+        again = ours.chat.completions.create(model="judge", messages=red, **greedy)
+        assert again.choices[0].message.content == answer.choices[0].message.content
+        print("vllm chat:", answer.choices[0].message.content, "| usage", answer.usage)
+    finally:
+        http.close()
+        run(server.shutdown())

@@ -83,3 +83,69 @@ def test_gpu_trainer_on_vllm_omni_three_steps(ray_gpus, trainer_run, tmp_path):
     print("vllm_omni trainer step 1:", {k: v for k, v in first.items() if "logprob" in k or "clipfrac" in k})
     assert first["actor/rollout_logprob_diff_max"] < 5e-2  # same trajectory, two engines: kernel differences only
     assert not torch.equal(run.val_images[0], run.val_images[3])
+
+
+_POOLS = [
+    pytest.param(False, id="colocated"),
+    pytest.param(True, id="own-pool", marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")),
+]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm (pip install 'verl-core[vllm]')")
+@pytest.mark.parametrize("own_pool", _POOLS)
+def test_gpu_reward_model_on_vllm_scores_the_ocr_recipe(ray_gpus, trainer_run, tmp_path, own_pool):
+    """The OCR recipe's reward model on verl-core's vLLM server beside the diffusers rollout and the actor: colocated
+    on one GPU (asleep outside the reward phases) or on a pool of its own; prints the reward stage time."""
+    import pathlib
+
+    from verl_core.testing.tiny_llm import build_tiny_vlm
+
+    examples = pathlib.Path(__file__).resolve().parents[4] / "examples"
+    spec = importlib.util.spec_from_file_location("make_ocr_dataset", examples / "ocr" / "make_ocr_dataset.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = module.write_dataset(tmp_path / "ocr", train_size=4, val_size=1)
+    vlm = build_tiny_vlm(tmp_path / "vlm", hidden_size=256, num_heads=4, vision_heads=4)
+    seen = {}
+    overrides = [
+        "trainer.device=cuda",
+        "trainer.n_gpus_per_node=1",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=true",
+        "trainer.save_freq=-1",
+        f"data.train_files={data['train']}",
+        f"data.val_files={data['test']}",
+        "data.train_batch_size=4",
+        "reward.custom_reward_function.path=pkg://verl_omni.reward.ocr",
+        "reward.custom_reward_function.name=compute_score_ocr",
+        "+reward.custom_reward_function.reward_kwargs.max_tokens=16",
+        "reward.reward_model.enable=true",
+        f"reward.reward_model.model_path={vlm}",
+        "reward.reward_model.rollout.name=vllm",
+        "reward.reward_model.rollout.gpu_memory_utilization=0.15",
+        "reward.reward_model.rollout.max_model_len=1024",
+        "reward.reward_model.rollout.prompt_length=512",
+        "reward.reward_model.rollout.response_length=16",
+    ]
+    if own_pool:
+        overrides += [
+            "reward.reward_model.enable_resource_pool=true",
+            "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=1",
+        ]
+    run = trainer_run(tmp_path, overrides, inspect=lambda c: seen.update(metrics=c.reward_model.server_metrics()))
+    assert run.error is None, "".join(traceback.format_exception(run.error))
+    assert len(run.history) == 2
+    for row in run.history:
+        assert 0.0 <= row["critic/rewards/min"] <= row["critic/rewards/max"] <= 1.0
+    (server,) = seen["metrics"].values()
+    assert server["counters"]["chat_completions"] == 1 + 2 * 4 * 2  # validation image, 2 steps x 4 prompts x n=2
+    if not own_pool:  # asleep after launch, after validation and after each step's reward
+        assert server["counters"]["sleeps"] == 4 and server["state"] == "sleeping"
+    print(
+        f"reward model on vLLM ({'own pool' if own_pool else 'colocated'}): reward stage",
+        [round(row["timing_s/reward"], 3) for row in run.history],
+        "s, step",
+        [round(row["timing_s/step"], 3) for row in run.history],
+        "s",
+    )

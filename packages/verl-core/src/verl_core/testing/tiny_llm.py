@@ -93,7 +93,9 @@ def build_tiny_llm(
     return out
 
 
-def build_tiny_vlm(path: str | Path, *, hidden_size: int = 32, seed: int = 0) -> Path:
+def build_tiny_vlm(
+    path: str | Path, *, hidden_size: int = 32, num_heads: int = 4, vision_heads: int = 2, seed: int = 0
+) -> Path:
     """Write a random Qwen2.5-VL, its tokenizer with a chat template, and an image processor; return the folder.
 
     The model is `Qwen2_5_VLForConditionalGeneration`, the image processor Qwen2-VL's (PIL backend); it resizes
@@ -103,6 +105,9 @@ def build_tiny_vlm(path: str | Path, *, hidden_size: int = 32, seed: int = 0) ->
     Args:
         path (`str` or `Path`): output folder (created).
         hidden_size (`int`, *optional*, defaults to `32`): width of the language model and of the vision tower.
+        num_heads (`int`, *optional*, defaults to `4`): attention heads of the language model (half as many KV
+            heads). vLLM's attention kernels need a head size of 32 or more: e.g. `hidden_size=256, num_heads=4`.
+        vision_heads (`int`, *optional*, defaults to `2`): attention heads of the vision tower.
         seed (`int`, *optional*, defaults to `0`): seed of the random weights.
     """
     from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
@@ -131,10 +136,10 @@ def build_tiny_vlm(path: str | Path, *, hidden_size: int = 32, seed: int = 0) ->
             "hidden_size": hidden_size,
             "intermediate_size": hidden_size * 2,
             "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
+            "num_attention_heads": num_heads,
+            "num_key_value_heads": max(1, num_heads // 2),
             "max_position_embeddings": 512,
-            "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]},  # sums to head_dim / 2
+            "rope_scaling": {"type": "mrope", "mrope_section": _mrope_section(hidden_size // num_heads)},
             "bos_token_id": None,
             "eos_token_id": vocab["<|im_end|>"],
             "pad_token_id": vocab["<|endoftext|>"],
@@ -144,7 +149,7 @@ def build_tiny_vlm(path: str | Path, *, hidden_size: int = 32, seed: int = 0) ->
             "depth": 1,
             "hidden_size": hidden_size,
             "intermediate_size": hidden_size * 2,
-            "num_heads": 2,
+            "num_heads": vision_heads,
             "out_hidden_size": hidden_size,
             "fullatt_block_indexes": [0],
         },
@@ -158,6 +163,17 @@ def build_tiny_vlm(path: str | Path, *, hidden_size: int = 32, seed: int = 0) ->
         torch.nn.init.normal_(p, std=0.5)
     model.save_pretrained(out)
     return out
+
+
+def _mrope_section(head_dim: int) -> list[int]:
+    """Qwen2.5-VL's rotary split over (time, height, width): sums to `head_dim / 2` ([1, 1, 2] for 8, [16, 24, 24]
+    for 128, the released models' split)."""
+    if head_dim % 2 or head_dim < 8:
+        raise ValueError(f"build_tiny_vlm: head size {head_dim} (hidden_size / num_heads) must be even and >= 8")
+    half = head_dim // 2
+    t = half // 4
+    h = (half - t) // 2
+    return [t, h, half - t - h]
 
 
 def random_state_dict(path: str | Path, *, seed: int) -> dict[str, torch.Tensor]:
