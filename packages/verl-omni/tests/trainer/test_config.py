@@ -71,6 +71,13 @@ def test_verl_omni_aliases_follow_their_source():
     assert config.trainer.default_local_dir == "checkpoints/verl_examples/flow_grpo"
 
 
+_SEPARATE = [
+    "trainer.mode=separate",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.free_cache_engine=false",
+]
+
+
 @pytest.mark.parametrize(
     ("overrides", "error", "match"),
     [
@@ -89,7 +96,22 @@ def test_verl_omni_aliases_follow_their_source():
         (["data.train_batch_size=3", "trainer.n_gpus_per_node=2"], ConfigValueError,
          r"data\.train_batch_size: 3 prompts .* do not split over 2 actor ranks"),
         (["trainer.resume_mode=resume_path"], ConfigValueError, r"trainer\.resume_from_path: expected a checkpoint"),
-        (["algorithm.rollout_correction.rollout_is=token"], ConfigValueError, r"rollout_is: expected null"),
+        (["algorithm.rollout_correction.rollout_is=sequence"], ConfigValueError,
+         r"rollout_is: expected null or 'token'"),
+        (["algorithm.rollout_correction.rollout_is=token"], ConfigValueError,
+         r"rollout_is: 'token' corrects the staleness of trainer\.mode=separate"),
+        (["trainer.mode=separate"], ConfigValueError, r"actor_rollout_ref\.rollout\.nnodes: 0: trainer\.mode=separate"),
+        (["trainer.mode=separate", "actor_rollout_ref.rollout.nnodes=1"], ConfigValueError,
+         r"actor_rollout_ref\.rollout\.free_cache_engine: true: trainer\.mode=separate .* never sleep"),
+        ([*_SEPARATE, "reward.stream=true"], ConfigValueError,
+         r"reward\.stream: true: trainer\.mode=separate"),
+        ([*_SEPARATE, "algorithm.rollout_correction.bypass_mode=true"], ConfigValueError,
+         r"rollout_correction\.bypass_mode: true: in trainer\.mode=separate"),
+        (["trainer.separate.max_off_policy_threshold=-1"], ConfigValueError,
+         r"trainer\.separate\.max_off_policy_threshold: expected an int >= 0"),
+        (["trainer.separate.parameter_sync_step=3"], ConfigValueError,
+         r"trainer\.separate\.max_off_policy_threshold: expected >= parameter_sync_step - 1 = 2"),
+        (["trainer.separate.queue_timeout_s=0"], ConfigValueError, r"trainer\.separate\.queue_timeout_s: expected"),
         (["actor_rollout_ref.hybrid_engine=false"], ConfigValueError, r"hybrid_engine: expected true"),
         (["trainer.logger=[console,mlflow]"], ConfigValueError, r"trainer\.logger: .*unknown: \['mlflow'\]"),
         (["trainer.nnodes=2"], ConfigValueError,

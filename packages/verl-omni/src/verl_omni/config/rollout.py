@@ -202,6 +202,10 @@ class DiffusionRolloutConfig(RolloutConfig):
         val_kwargs (`DiffusionValKwargsConfig`): validation overrides.
         agent (`DiffusionAgentLoopConfig`): the agent loop name.
         free_cache_engine (`bool`): sleep the servers between rollout and training (colocated mode).
+        nnodes (`int`): nodes of the rollout's own resource pool in `trainer.mode: separate` (0: no pool of its
+            own, the colocated default; separate mode needs >= 1).
+        n_gpus_per_node (`int`): rollout servers per node of that pool (one GPU each on a GPU cluster, one CPU
+            on a CPU one).
         enforce_eager (`bool`): run the rollout eagerly. False: the `diffusers` backend compiles its transformer's
             repeated blocks on CUDA (`engine_kwargs.diffusers.compile_blocks` decides when set); vLLM-Omni keeps
             its CUDA graphs.
@@ -219,6 +223,8 @@ class DiffusionRolloutConfig(RolloutConfig):
     dtype: str = "bfloat16"
     external_lib: str | None = None
     free_cache_engine: bool = True
+    nnodes: int = 0
+    n_gpus_per_node: int = 1
     pipeline: DiffusionPipelineConfig = dataclasses.field(default_factory=DiffusionPipelineConfig)
     algo: DiffusionRolloutAlgoConfig = dataclasses.field(default_factory=DiffusionRolloutAlgoConfig)
     val_kwargs: DiffusionValKwargsConfig = dataclasses.field(default_factory=DiffusionValKwargsConfig)
@@ -227,6 +233,8 @@ class DiffusionRolloutConfig(RolloutConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._require("n", self.n >= 1, "an int >= 1 (the group size)")
+        self._require("nnodes", self.nnodes >= 0, "an int >= 0 (0: no rollout pool of its own)")
+        self._require("n_gpus_per_node", self.n_gpus_per_node >= 1, "an int >= 1")
         try:
             torch_dtype_name(self.dtype)
         except ValueError:

@@ -3,7 +3,7 @@
 from verl_omni.trainer.config.algorithm import DiffusionAlgoConfig, RolloutCorrectionConfig
 from verl_omni.trainer.config.loader import CONFIG_DIR, compose_config, load_config
 from verl_omni.trainer.config.root import ActorRolloutRefConfig, DiffusionTrainerConfig
-from verl_omni.trainer.config.trainer import RayInitConfig, RayKwargsConfig, TrainerConfig
+from verl_omni.trainer.config.trainer import RayInitConfig, RayKwargsConfig, SeparateRolloutConfig, TrainerConfig
 
 __all__ = [
     "CONFIG_DIR",
@@ -13,6 +13,7 @@ __all__ = [
     "RayInitConfig",
     "RayKwargsConfig",
     "RolloutCorrectionConfig",
+    "SeparateRolloutConfig",
     "TrainerConfig",
     "compose_config",
     "load_config",

@@ -14,8 +14,8 @@ __all__ = ["DiffusionAlgoConfig", "RolloutCorrectionConfig"]
 class RolloutCorrectionConfig(BaseConfig):
     """`algorithm.rollout_correction.*`: where the old log-probs come from (recompute, fused or bypass mode).
 
-    Only the plain bypass is implemented: importance-sampling (`rollout_is`) and rejection-sampling
-    (`rollout_rs`) corrections are not.
+    Truncated importance sampling (`rollout_is: token`) corrects the staleness of `trainer.mode: separate`;
+    rejection sampling (`rollout_rs`) and batch-normalised weights are not implemented.
 
     Args:
         bypass_mode (`bool`, *optional*, defaults to `False`): where the old log-probs come from.
@@ -31,8 +31,12 @@ class RolloutCorrectionConfig(BaseConfig):
             extra pass. `False`: always run the separate recompute. When the update is not on-policy the recompute
             runs whatever this says.
         loss_type (`str`, *optional*, defaults to `"ppo_clip"`): only `"ppo_clip"`.
-        rollout_is (`str`, *optional*): must be null (importance-sampling correction is not implemented).
-        rollout_is_threshold (`float`, *optional*, defaults to `2.0`): unused while `rollout_is` is null.
+        rollout_is (`str`, *optional*): null, or `"token"`: in `trainer.mode: separate` each trained SDE step of a
+            group generated `lag >= 1` weight versions ago is weighted by `min(exp(ℓ_old − ℓ_rollout),
+            rollout_is_threshold)`, ℓ_old the actor's recompute under its current weights (the proximal policy of
+            the clipped ratio) and ℓ_rollout the rollout's (the behaviour policy); groups of lag 0 weigh exactly 1,
+            so an on-policy step equals the colocated update. It turns the fused old-log-prob path off.
+        rollout_is_threshold (`float`, *optional*, defaults to `2.0`): the truncation of the importance weights (> 0).
         rollout_is_batch_normalize (`bool`, *optional*, defaults to `False`): must be false.
         rollout_rs (`str`, *optional*): must be null (rejection sampling is not implemented).
         rollout_rs_threshold (`float` or `str`, *optional*): unused while `rollout_rs` is null.
@@ -49,7 +53,12 @@ class RolloutCorrectionConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._require("rollout_is", self.rollout_is is None, "null (importance-sampling correction is not implemented)")
+        self._require(
+            "rollout_is",
+            self.rollout_is in (None, "token"),
+            "null or 'token' (per SDE step; sequence-level weights are not implemented)",
+        )
+        self._require("rollout_is_threshold", self.rollout_is_threshold > 0, "a float > 0")
         self._require(
             "rollout_is_batch_normalize",
             not self.rollout_is_batch_normalize,

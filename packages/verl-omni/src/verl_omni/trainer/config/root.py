@@ -42,7 +42,7 @@ class ActorRolloutRefConfig(BaseConfig):
         self._require(
             "hybrid_engine",
             self.hybrid_engine,
-            "true (colocated rollout and training; a separate rollout pool is not implemented)",
+            "true (for a rollout on its own pool set trainer.mode=separate; hybrid_engine stays true)",
         )
         self._require("nccl_timeout", self.nccl_timeout > 0, "seconds > 0")
 
@@ -103,6 +103,7 @@ class DiffusionTrainerConfig(BaseConfig):
             "driver and actor rank 0 call every rollout server over HTTP; set actor_rollout_ref.rollout.host=0.0.0.0",
         )
         self._check_loss_mode()
+        self._check_mode()
         manager = self.reward.reward_manager.name  # checked before any worker starts, not at the first reward
         if manager not in REWARD_MANAGERS:
             raise ConfigValueError(unknown_reward_manager(manager), key="reward.reward_manager.name")
@@ -124,6 +125,51 @@ class DiffusionTrainerConfig(BaseConfig):
             mini * n % world == 0,
             "actor_rollout_ref.actor.ppo_mini_batch_size",
             f"{mini} prompts x rollout.n={n} images do not split over {world} actor ranks",
+        )
+
+    def _check_mode(self) -> None:
+        """`trainer.mode`: a separate rollout has a pool of its own, never sleeps, and is the only one IS corrects."""
+        rollout, mode = self.actor_rollout_ref.rollout, self.trainer.mode
+        correction = self.algorithm.rollout_correction
+        if mode == "colocated":
+            _check(
+                correction.rollout_is is None,
+                "algorithm.rollout_correction.rollout_is",
+                f"{correction.rollout_is!r} corrects the staleness of trainer.mode=separate, but "
+                "trainer.mode=colocated trains on-policy (lag 0, weight 1); set rollout_is=null or "
+                "trainer.mode=separate",
+            )
+            return
+        _check(
+            rollout.nnodes >= 1,
+            "actor_rollout_ref.rollout.nnodes",
+            f"{rollout.nnodes}: trainer.mode=separate runs the rollout servers on a pool of their own; set "
+            "actor_rollout_ref.rollout.nnodes >= 1 (and rollout.n_gpus_per_node servers per node)",
+        )
+        _check(
+            not rollout.free_cache_engine,
+            "actor_rollout_ref.rollout.free_cache_engine",
+            "true: trainer.mode=separate keeps its rollout servers generating on their own devices, they never sleep; "
+            "set actor_rollout_ref.rollout.free_cache_engine=false (or trainer.mode=colocated)",
+        )
+        _check(
+            not self.reward.stream,
+            "reward.stream",
+            "true: trainer.mode=separate already scores groups apart from their generation (the actor scores what "
+            "it takes from the queue); set reward.stream=false",
+        )
+        _check(
+            not correction.bypass_mode,
+            "algorithm.rollout_correction.bypass_mode",
+            "true: in trainer.mode=separate the rollout's log-probs come from older weights; the clipped ratio needs "
+            "the actor's own (set bypass_mode=false; rollout_is=token weights the staleness)",
+        )
+        rm = self.reward.reward_model
+        _check(
+            not (rm.enable and rm.colocated),
+            "reward.reward_model.colocated",
+            "true: trainer.mode=separate has no sleeping rollout to share the actor's devices with; give the reward "
+            "model a pool of its own (reward.reward_model.colocated=false)",
         )
 
     def _check_loss_mode(self) -> None:
@@ -267,9 +313,11 @@ class DiffusionTrainerConfig(BaseConfig):
         """Whether the trainer skips the old-log-prob recompute and the on-policy update takes them from its forwards.
 
         True when `algorithm.rollout_correction.fuse_on_policy_old_log_prob` is on, `bypass_mode` is off and the
-        update is on-policy (`on_policy_update`).
+        update is on-policy (`on_policy_update`), and `rollout_is` is null (its weights need the recompute).
         """
         correction = self.algorithm.rollout_correction
+        if correction.rollout_is is not None:  # the importance weights need the recomputed proximal log-probs
+            return False
         return correction.fuse_on_policy_old_log_prob and not correction.bypass_mode and self.on_policy_update
 
 

@@ -7,9 +7,49 @@ from typing import Any, Literal
 
 from verl_core.config import BaseConfig
 
-__all__ = ["LOGGERS", "RayInitConfig", "RayKwargsConfig", "TrainerConfig"]
+__all__ = ["LOGGERS", "RayInitConfig", "RayKwargsConfig", "SeparateRolloutConfig", "TrainerConfig"]
 
 LOGGERS = ("console", "tensorboard", "wandb")
+
+
+@dataclasses.dataclass
+class SeparateRolloutConfig(BaseConfig):
+    """`trainer.separate.*`: the staleness knobs of `trainer.mode: separate` (docs/omni/async.md).
+
+    Upstream verl-omni's v1 trainer names the first two `trainer.v1.separate_async.parameter_sync_step` and
+    `trainer.v1.sampler.max_off_policy_threshold`; the last two have no upstream key.
+
+    Args:
+        parameter_sync_step (`int`, *optional*, defaults to `1`): push the actor's weights to the rollout servers
+            after every this many training steps.
+        max_off_policy_threshold (`int`, *optional*, defaults to `1`): the largest version lag a trained group may
+            have (the actor's weight version minus the version that generated it); older groups are dropped and
+            counted. 0 is on-policy: the rollout waits for each push, the run equals `trainer.mode: colocated`.
+            Must be >= `parameter_sync_step - 1` (otherwise every group goes stale between two pushes).
+        queue_size (`int`, *optional*, defaults to `0`): most finished groups waiting in the queue; 0 is
+            `data.train_batch_size x (max_off_policy_threshold + 1)`.
+        queue_timeout_s (`float`, *optional*, defaults to `600.0`): longest the actor waits for one group; then the
+            step fails naming the rollout servers.
+    """
+
+    parameter_sync_step: int = 1
+    max_off_policy_threshold: int = 1
+    queue_size: int = 0
+    queue_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require("parameter_sync_step", self.parameter_sync_step >= 1, "an int >= 1")
+        self._require("max_off_policy_threshold", self.max_off_policy_threshold >= 0, "an int >= 0 (0: on-policy)")
+        self._require(
+            "max_off_policy_threshold",
+            self.max_off_policy_threshold >= self.parameter_sync_step - 1,
+            f">= parameter_sync_step - 1 = {self.parameter_sync_step - 1} (the weights stay "
+            f"{self.parameter_sync_step - 1} versions behind between two pushes, so every group would be dropped); "
+            "raise max_off_policy_threshold or lower parameter_sync_step",
+        )
+        self._require("queue_size", self.queue_size >= 0, "an int >= 0 (0: auto)")
+        self._require("queue_timeout_s", self.queue_timeout_s > 0, "seconds > 0")
 
 
 @dataclasses.dataclass
@@ -55,6 +95,16 @@ class TrainerConfig(BaseConfig):
             that loads nothing is an error naming the server, instead of a run against a frozen sampler). It moves
             the pushed state to the driver once: the adapter with LoRA, the whole model without; turn it off for
             full fine-tuning of a large model. Backends that cannot read back LoRA tensors (vLLM-Omni) skip it.
+        peak_tflops (`float`, *optional*, defaults to `790.0`): dense bf16 peak of one device in TFLOP/s, the
+            denominator of the per-stage MFU the trainer logs (`perf/mfu/<stage>`, `verl_omni.trainer.flops`) on
+            CUDA; 790 is what a plain 8k x 8k bf16 GEMM reaches on an H200 (set your GPU's; null logs FLOPs only).
+            Not used on the CPU.
+        mode (`str`, *optional*, defaults to `"colocated"`): `colocated`: the rollout servers share the actor's
+            devices and sleep while it trains, one step at a time. `separate`: the servers run on their own pool
+            (`actor_rollout_ref.rollout.nnodes` x `n_gpus_per_node`), never sleep, and generate ahead into a
+            bounded queue; the staleness knobs are `trainer.separate.*` (docs/omni/async.md).
+        separate (`SeparateRolloutConfig`): weight push interval, staleness bound, queue size and timeout of
+            `mode: separate`.
         use_v1 (`bool`, *optional*, defaults to `False`): only false (verl-omni's TransferQueue trainer is not
             implemented).
 
@@ -86,6 +136,9 @@ class TrainerConfig(BaseConfig):
     worker_timeout_s: float = 1800.0
     cpu_threads_per_worker: int | None = None
     check_served_weights: bool = True
+    peak_tflops: float | None = 790.0
+    mode: Literal["colocated", "separate"] = "colocated"
+    separate: SeparateRolloutConfig = dataclasses.field(default_factory=SeparateRolloutConfig)
     use_v1: bool = False
 
     def __post_init__(self) -> None:
@@ -120,6 +173,9 @@ class TrainerConfig(BaseConfig):
             "[low, high] with 1024 <= low < high <= 65535",
         )
         self._require("worker_timeout_s", self.worker_timeout_s > 0, "seconds > 0")
+        self._require(
+            "peak_tflops", self.peak_tflops is None or self.peak_tflops > 0, "TFLOP/s > 0, or null (no MFU logged)"
+        )
         self._require(
             "cpu_threads_per_worker", self.cpu_threads_per_worker is None or self.cpu_threads_per_worker >= 1, ">= 1"
         )
