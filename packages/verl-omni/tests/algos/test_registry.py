@@ -25,7 +25,7 @@ from verl_omni.config import DiffusionActorConfig, DiffusionLossConfig
 @pytest.fixture
 def clean_registry(monkeypatch):
     """Registrations made by a test are dropped after it."""
-    monkeypatch.setattr(registry_module, "_LOSSES", dict(registry_module._LOSSES))
+    monkeypatch.setattr(registry_module, "_LOSSES", registry_module._LOSSES.copy())
     monkeypatch.setattr(registry_module, "_SPECS", dict(registry_module._SPECS))
 
 
@@ -50,7 +50,7 @@ def test_flow_grpo_is_registered_by_default():
 
 def test_get_loss_unknown_name_lists_registered_ones():
     with pytest.raises(
-        KeyError, match=r"loss_mode: 'offline_dpo' is not a registered loss; registered: (\w+, )*flow_grpo"
+        KeyError, match=r"^actor\.diffusion_loss\.loss_mode: unknown loss 'offline_dpo'; registered: (\w+, )*flow_grpo"
     ):
         get_loss("offline_dpo")
 

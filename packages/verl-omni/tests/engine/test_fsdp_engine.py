@@ -293,7 +293,7 @@ def test_engine_takes_its_loss_from_the_registry(make_engine, qwen_trajectory, m
     """A loss registered under a new `loss_mode` runs in `update_policy` without any engine change."""
     from verl_omni.algos import PolicyLossOutput, flow_grpo_loss, register_loss, registry
 
-    monkeypatch.setattr(registry, "_LOSSES", dict(registry._LOSSES))
+    monkeypatch.setattr(registry, "_LOSSES", registry._LOSSES.copy())
     calls = []
 
     @register_loss("counted_flow_grpo")

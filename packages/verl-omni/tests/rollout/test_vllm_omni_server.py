@@ -42,7 +42,9 @@ def test_pipeline_qualname_names_known_models():
     from verl_omni.rollout.vllm_omni.pipelines import pipeline_qualname
 
     assert pipeline_qualname("sd3").endswith("pipelines.SD3LogProbOmniPipeline")
-    with pytest.raises(KeyError, match="known: \\['qwen_image', 'sd3'\\]"):
+    with pytest.raises(
+        KeyError, match=r"^model name: unknown vLLM-Omni log-prob pipeline 'flux'; registered: qwen_image, sd3$"
+    ):
         pipeline_qualname("flux")
 
 

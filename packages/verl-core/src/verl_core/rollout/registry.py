@@ -13,56 +13,55 @@ import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING
 
+from verl_core.registry import Registry
+
 if TYPE_CHECKING:
     from verl_core.rollout.server import RolloutHttpServer
 
 __all__ = ["ENTRY_POINT_GROUP", "available_backends", "get_backend", "register_backend"]
 
 ENTRY_POINT_GROUP = "verl_core.rollout_backends"
-_BUILTIN: dict[str, str] = {
-    "hf": "verl_core.rollout.hf:HFHttpServer",
-    "vllm": "verl_core.rollout.vllm.llm:vLLMHttpServer",
-}
-_REGISTERED: dict[str, str | type] = {}
+_BACKENDS: Registry[str | type] = Registry(
+    "rollout backend",
+    key="rollout.name",
+    hint=f". Packages add backends with register_backend() or the entry point group {ENTRY_POINT_GROUP!r}",
+    entries={
+        "hf": "verl_core.rollout.hf:HFHttpServer",
+        "vllm": "verl_core.rollout.vllm.llm:vLLMHttpServer",
+    },
+)
+"""Backend name -> server class or its `"module:Class"` path (entry points are read on lookup)."""
 
 
 def register_backend(name: str, target: str | type, *, replace: bool = False) -> None:
     """Register a server class (or its `"module:Class"` path) under `name`.
 
     Raises:
-        ValueError: `name` is taken by another target and `replace` is False.
+        ValueError: `name` is empty, or taken by another target and `replace` is False.
     """
-    if not name or not isinstance(name, str):
-        raise ValueError(f"backend name must be a non-empty str, got {name!r}")
-    current = _REGISTERED.get(name) or _BUILTIN.get(name)
-    if current is not None and current != target and not replace:
-        raise ValueError(f"rollout backend {name!r} is already registered as {current!r}; pass replace=True")
-    _REGISTERED[name] = target
+    _BACKENDS.add(name, target, replace=replace)
 
 
 def available_backends() -> list[str]:
     """Names of every known backend (built-in, registered, and from entry points)."""
-    names = set(_BUILTIN) | set(_REGISTERED) | {ep.name for ep in _entry_points()}
-    return sorted(names)
+    return sorted(set(_BACKENDS) | {ep.name for ep in _entry_points()})
 
 
 def get_backend(name: str) -> type[RolloutHttpServer]:
     """The server class registered as `name` (importing it now).
 
     Raises:
-        KeyError: no backend has that name (the message lists the known ones).
+        KeyError: no backend has that name (the message names `rollout.name` and lists the known ones).
         TypeError: the target is not a `RolloutHttpServer` subclass.
     """
     from verl_core.rollout.server import RolloutHttpServer
 
-    target = _REGISTERED.get(name) or _BUILTIN.get(name)
-    if target is None:
+    if name in _BACKENDS:
+        target = _BACKENDS.get(name)
+    else:
         target = next((ep.value for ep in _entry_points() if ep.name == name), None)
-    if target is None:
-        raise KeyError(
-            f"unknown rollout backend {name!r} (rollout.name); known: {', '.join(available_backends())}. "
-            f"Packages add backends with register_backend() or the entry point group {ENTRY_POINT_GROUP!r}"
-        )
+        if target is None:
+            raise _BACKENDS.unknown(name, known=available_backends())
     cls = _resolve(target, name) if isinstance(target, str) else target
     if not (isinstance(cls, type) and issubclass(cls, RolloutHttpServer)):
         raise TypeError(f"rollout backend {name!r} resolves to {cls!r}, which is not a RolloutHttpServer subclass")

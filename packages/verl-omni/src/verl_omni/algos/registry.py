@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from verl_core.registry import Registry
+
 if TYPE_CHECKING:  # the config imports this registry to validate loss_mode; type-only import back
     from verl_omni.config import DiffusionActorConfig
 
@@ -167,7 +169,10 @@ class PolicyLossFn(Protocol):
         """Compute the loss of one trained step of one micro-batch."""
 
 
-_LOSSES: dict[str, PolicyLossFn] = {}
+_LOSSES: Registry[PolicyLossFn] = Registry(
+    "loss", key="actor.diffusion_loss.loss_mode", hint=" (register one with verl_omni.algos.register_loss)"
+)
+"""`loss_mode` -> loss function."""
 _SPECS: dict[str, LossSpec] = {}
 
 
@@ -202,10 +207,7 @@ def register_loss(
         )
 
     def deco(fn: PolicyLossFn) -> PolicyLossFn:
-        other = _LOSSES.get(name)
-        if other is not None and other is not fn:
-            raise ValueError(f"loss_mode: {name!r} is already registered to {other.__qualname__}")
-        _LOSSES[name] = fn
+        _LOSSES.add(name, fn)
         _SPECS[name] = LossSpec(needs=frozenset(needs), sde_types=sde_types, trains_on=trains_on)
         return fn
 
@@ -220,19 +222,14 @@ def loss_spec(name: str) -> LossSpec:
 
 def registered_losses() -> list[str]:
     """Every registered loss name, sorted."""
-    return sorted(_LOSSES)
+    return _LOSSES.names()
 
 
 def get_loss(name: str) -> PolicyLossFn:
     """Return the loss registered as `name`.
 
     Raises:
-        KeyError: `name` is not registered (the message lists the registered names).
+        KeyError: `name` is not registered (the message names `actor.diffusion_loss.loss_mode`, suggests a close
+            name and lists the registered ones).
     """
-    try:
-        return _LOSSES[name]
-    except KeyError:
-        raise KeyError(
-            f"actor.diffusion_loss.loss_mode: {name!r} is not a registered loss; registered: "
-            f"{', '.join(registered_losses())} (register one with verl_omni.algos.register_loss)"
-        ) from None
+    return _LOSSES.get(name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import importlib
 import json
 import pathlib
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 from tensordict import TensorDict
 
+from verl_core.registry import Registry
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler, FlowMatchSDESchedulerOutput
 from verl_omni.schedulers.settings import setting_name
 
@@ -25,23 +25,19 @@ __all__ = [
     "to_uint8",
 ]
 
-_REGISTRY: dict[str, type[DiffusionModelBase]] = {}
-_IMPORTED_EXTERNAL: set[str] = set()
+_REGISTRY: Registry[type[DiffusionModelBase]] = Registry("diffusion model", key="model name")
+"""Adapter name and each pipeline `_class_name` alias -> adapter class."""
 
 
 def register(name: str) -> Callable[[type[DiffusionModelBase]], type[DiffusionModelBase]]:
     """Class decorator: register an adapter under `name` (and its `pipeline_class_names`).
 
     Raises:
-        ValueError: `name` is already registered to another class.
+        ValueError: `name` or an alias is already registered to another class (nothing is registered).
     """
 
     def deco(cls: type[DiffusionModelBase]) -> type[DiffusionModelBase]:
-        for key in (name, *cls.pipeline_class_names):
-            other = _REGISTRY.get(key)
-            if other is not None and other is not cls:
-                raise ValueError(f"name: {key!r} is already registered to {other.__qualname__}")
-            _REGISTRY[key] = cls
+        _REGISTRY.add(name, cls, *cls.pipeline_class_names)
         cls.name = name
         return cls
 
@@ -50,7 +46,7 @@ def register(name: str) -> Callable[[type[DiffusionModelBase]], type[DiffusionMo
 
 def registered_names() -> list[str]:
     """Return every registered adapter name and pipeline class alias, sorted."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_class(name: str, external_lib: str | None = None) -> type[DiffusionModelBase]:
@@ -62,20 +58,11 @@ def get_class(name: str, external_lib: str | None = None) -> type[DiffusionModel
             is not yet registered.
 
     Raises:
-        KeyError: `name` is unknown after importing `external_lib` (the message lists the registered names).
+        KeyError: `name` is unknown after importing `external_lib` (the message suggests a close name and lists the
+            registered ones).
         ImportError: `external_lib` cannot be imported.
     """
-    if name not in _REGISTRY and external_lib and external_lib not in _IMPORTED_EXTERNAL:
-        importlib.import_module(external_lib)
-        _IMPORTED_EXTERNAL.add(external_lib)
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        hint = f" (after importing external_lib {external_lib!r})" if external_lib else ""
-        raise KeyError(
-            f"model name: {name!r} is not a registered diffusion model{hint}; "
-            f"registered: {', '.join(registered_names())}"
-        ) from None
+    return _REGISTRY.get(name, import_module=external_lib)
 
 
 def adapter_for_folder(path: str | pathlib.Path, external_lib: str | None = None) -> DiffusionModelBase:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from verl_core.registry import Registry
 from verl_omni.reward.batch import RewardBatch, RewardFunctionError, RewardOutput
 from verl_omni.reward.config import RewardConfig
 from verl_omni.reward.pool import RayRewardPool, RewardPool, ThreadRewardPool
@@ -30,28 +31,28 @@ __all__ = [
     "unknown_reward_manager",
 ]
 
-REWARD_MANAGERS: dict[str, type] = {}
-"""Reward manager name -> class (`reward.reward_manager.name`)."""
-
 C = TypeVar("C", bound=type)
 
-_NOT_HERE = {
-    "naive": "verl's `naive` manager scores text responses; diffusion runs use `visual`",
-    "batch": "verl's `batch` manager scores text responses; diffusion runs use `visual` with a batched function",
-    "prime": "verl's `prime` manager scores text responses; diffusion runs use `visual`",
-    "dapo": "verl's `dapo` manager scores text responses; diffusion runs use `visual`",
-}
+REWARD_MANAGERS: Registry[type] = Registry(
+    "reward manager",
+    key="reward.reward_manager.name",
+    notes={
+        "naive": "verl's `naive` manager scores text responses; diffusion runs use `visual`",
+        "batch": "verl's `batch` manager scores text responses; diffusion runs use `visual` with a batched function",
+        "prime": "verl's `prime` manager scores text responses; diffusion runs use `visual`",
+        "dapo": "verl's `dapo` manager scores text responses; diffusion runs use `visual`",
+    },
+)
+"""Reward manager name -> class (`reward.reward_manager.name`)."""
 
 
 def register_reward_manager(*names: str) -> Callable[[C], C]:
-    """Class decorator: register a reward manager under each of `names`."""
+    """Class decorator: register a reward manager under each of `names`.
 
-    def deco(cls: C) -> C:
-        for name in names:
-            REWARD_MANAGERS[name] = cls
-        return cls
-
-    return deco
+    Raises:
+        ValueError: a name is already registered to another class.
+    """
+    return REWARD_MANAGERS.register(*names)
 
 
 def get_reward_manager_class(name: str) -> type:
@@ -60,16 +61,12 @@ def get_reward_manager_class(name: str) -> type:
     Raises:
         KeyError: unknown name (the message names `reward.reward_manager.name` and the known names).
     """
-    try:
-        return REWARD_MANAGERS[name]
-    except KeyError:
-        raise KeyError(f"reward.reward_manager.name: {unknown_reward_manager(name)}") from None
+    return REWARD_MANAGERS.get(name)
 
 
 def unknown_reward_manager(name: str) -> str:
     """Why `name` is not a reward manager here, and the known names (the message of the unknown-name errors)."""
-    why = f" ({_NOT_HERE[name]})" if name in _NOT_HERE else ""
-    return f"unknown reward manager {name!r}{why}; known: {', '.join(REWARD_MANAGERS)}"
+    return REWARD_MANAGERS.unknown_text(name)
 
 
 @register_reward_manager("visual", "VisualRewardManager", "MultiVisualRewardManager")

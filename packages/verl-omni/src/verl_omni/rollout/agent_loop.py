@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 from tensordict import TensorDict
 
+from verl_core.registry import Registry
 from verl_core.rollout.errors import RolloutError
 from verl_omni.pipelines.config import DiffusionSamplingConfig
 from verl_omni.rollout.protocol import REQUEST_KEYS
@@ -33,7 +34,8 @@ __all__ = [
     "sde_window_start",
 ]
 
-_AGENT_LOOPS: dict[str, type] = {}
+_AGENT_LOOPS: Registry[type] = Registry("agent loop", key="rollout.agent.default_agent_loop")
+"""Agent loop name -> class."""
 
 
 def register_agent_loop(name: str) -> Callable[[type], type]:
@@ -42,28 +44,16 @@ def register_agent_loop(name: str) -> Callable[[type], type]:
     Raises:
         ValueError: `name` is taken by another class.
     """
-
-    def deco(cls: type) -> type:
-        other = _AGENT_LOOPS.get(name)
-        if other is not None and other is not cls:
-            raise ValueError(f"agent loop {name!r} is already registered to {other.__qualname__}")
-        _AGENT_LOOPS[name] = cls
-        return cls
-
-    return deco
+    return _AGENT_LOOPS.register(name)
 
 
 def get_agent_loop(name: str) -> type:
     """The agent loop class registered as `name` (`rollout.agent.default_agent_loop`).
 
     Raises:
-        KeyError: no loop has that name (the message lists the registered ones).
+        KeyError: no loop has that name (the message suggests a close name and lists the registered ones).
     """
-    try:
-        return _AGENT_LOOPS[name]
-    except KeyError:
-        known = ", ".join(sorted(_AGENT_LOOPS))
-        raise KeyError(f"rollout.agent.default_agent_loop: unknown agent loop {name!r}; registered: {known}") from None
+    return _AGENT_LOOPS.get(name)
 
 
 class GenerateBackend(Protocol):

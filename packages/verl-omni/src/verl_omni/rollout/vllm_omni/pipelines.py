@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from verl_core.registry import Registry
 from verl_omni.rollout.vllm_omni import compat
 from verl_omni.rollout.vllm_omni.lora import TensorLoRAPipelineMixin
 
@@ -34,11 +35,11 @@ __all__ = [
 SAMPLING_KEY = "verl_sampling"
 """Key of `OmniDiffusionSamplingParams.extra_args` holding the request's `DiffusionSamplingConfig` (a dict)."""
 
-PIPELINE_CLASSES = {
+PIPELINE_CLASSES: Registry[tuple[str, str, str]] = Registry("vLLM-Omni log-prob pipeline", key="model name", entries={
     "qwen_image": ("QwenImageLogProbOmniPipeline", "vllm_omni.diffusion.models.qwen_image.pipeline_qwen_image",
                    "QwenImagePipeline"),
     "sd3": ("SD3LogProbOmniPipeline", "vllm_omni.diffusion.models.sd3.pipeline_sd3", "StableDiffusion3Pipeline"),
-}  # fmt: skip
+})  # fmt: skip
 """Adapter name -> (our class, vLLM-Omni's module, vLLM-Omni's pipeline class)."""
 _BUILT: dict[str, type] = {}
 
@@ -55,12 +56,7 @@ def pipeline_qualname(adapter_name: str) -> str:
     Raises:
         KeyError: no vLLM-Omni log-prob pipeline for that model (lists the known ones).
     """
-    try:
-        return f"{__name__}.{PIPELINE_CLASSES[adapter_name][0]}"
-    except KeyError:
-        raise KeyError(
-            f"model {adapter_name!r}: no vLLM-Omni log-prob pipeline; known: {sorted(PIPELINE_CLASSES)}"
-        ) from None
+    return f"{__name__}.{PIPELINE_CLASSES.get(adapter_name)[0]}"
 
 
 def __getattr__(name: str) -> Any:
