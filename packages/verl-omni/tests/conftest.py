@@ -5,6 +5,8 @@ Stable fixture names (other test folders, e.g. tests/engine, rely on them):
 - `tiny_qwen_image_path` -> `pathlib.Path` of a tiny random `QwenImagePipeline` folder (seed 0, fp32).
 - `tiny_sd3_path` -> `pathlib.Path` of a tiny random `StableDiffusion3Pipeline` folder (seed 0, fp32).
 - `tiny_flux_path` -> `pathlib.Path` of a tiny random guidance-distilled `FluxPipeline` folder (seed 0, fp32).
+- `tiny_wan_path` -> `pathlib.Path` of a tiny random Wan 2.1 `WanPipeline` folder (seed 0, fp32; not in
+  `tiny_pipeline_paths`, so image tests do not build it).
 - `tiny_pipeline_paths` -> `dict[str, pathlib.Path]` keyed by adapter name (`"qwen_image"`, `"sd3"`, `"flux"`).
 - `tiny_qwen_image_pipe` / `tiny_sd3_pipe` / `tiny_flux_pipe` -> the folders loaded as
   `QwenImagePipelineWithLogProb` / `StableDiffusion3PipelineWithLogProb` / `FluxPipelineWithLogProb` (fp32, CPU,
@@ -53,6 +55,14 @@ def tiny_sd3_path(tiny_pipeline_paths: dict[str, pathlib.Path]) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_flux_path(tiny_pipeline_paths: dict[str, pathlib.Path]) -> pathlib.Path:
     return tiny_pipeline_paths["flux"]
+
+
+@pytest.fixture(scope="session")
+def tiny_wan_path(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A tiny random Wan 2.1 `WanPipeline` folder (seed 0, fp32); built apart, only for the tests that use it."""
+    from verl_omni.testing import build_tiny_pipeline
+
+    return build_tiny_pipeline("wan", tmp_path_factory.mktemp("tiny_wan") / "wan", preset="tiny", seed=0)
 
 
 def _load(cls_name: str, path: pathlib.Path):

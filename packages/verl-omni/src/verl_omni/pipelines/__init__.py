@@ -1,4 +1,4 @@
-"""Log-prob pipelines (Qwen-Image, SD3, FLUX.1) sharing one sampling loop that records trajectories."""
+"""Log-prob pipelines (Qwen-Image, SD3, FLUX.1, Wan 2.1) sharing one sampling loop that records trajectories."""
 
 from verl_omni.pipelines.config import DiffusionSamplingConfig
 from verl_omni.pipelines.logprob import (
@@ -6,6 +6,7 @@ from verl_omni.pipelines.logprob import (
     LogProbPipelineMixin,
     QwenImagePipelineWithLogProb,
     StableDiffusion3PipelineWithLogProb,
+    WanPipelineWithLogProb,
 )
 from verl_omni.pipelines.sampling import (
     GenerationAborted,
@@ -18,6 +19,7 @@ LOGPROB_PIPELINES = {
     "qwen_image": QwenImagePipelineWithLogProb,
     "sd3": StableDiffusion3PipelineWithLogProb,
     "flux": FluxPipelineWithLogProb,
+    "wan": WanPipelineWithLogProb,
 }
 """Log-prob pipeline class per registered adapter name."""
 
@@ -30,6 +32,7 @@ __all__ = [
     "LogProbPipelineOutput",
     "QwenImagePipelineWithLogProb",
     "StableDiffusion3PipelineWithLogProb",
+    "WanPipelineWithLogProb",
     "make_generators",
     "sample_with_logprob",
 ]

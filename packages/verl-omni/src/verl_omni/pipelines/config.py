@@ -19,6 +19,8 @@ class DiffusionSamplingConfig(BaseConfig):
         n (`int`, defaults to 1): images per prompt (group size).
         num_inference_steps (`int`, defaults to 10): N.
         height, width (`int`, defaults to 512): image size in pixels.
+        num_frames (`int`, defaults to 1): frames per sample; video models only (Wan: `4k + 1`, e.g. 81), image
+            models refuse any other value than 1.
         noise_level (`float`, defaults to 0.7): `a` inside the SDE window (0 = ODE everywhere).
         sde_type (`str`, defaults to `"sde"`): `"sde"` or `"cps"`.
         cps_logprob (`str`, defaults to `"exact"`): `"exact"` or `"legacy"` (tempered, factor 2s²).
@@ -49,6 +51,7 @@ class DiffusionSamplingConfig(BaseConfig):
     num_inference_steps: int = 10
     height: int = 512
     width: int = 512
+    num_frames: int = 1
     noise_level: float = 0.7
     sde_type: str = "sde"
     cps_logprob: str = "exact"
@@ -68,6 +71,7 @@ class DiffusionSamplingConfig(BaseConfig):
         self._require("num_inference_steps", self.num_inference_steps >= 1, "an int >= 1")
         self._require("height", self.height >= 16, "an int >= 16")
         self._require("width", self.width >= 16, "an int >= 16")
+        self._require("num_frames", self.num_frames >= 1, "an int >= 1")
         self._require("noise_level", math.isfinite(self.noise_level) and self.noise_level >= 0, "a float >= 0")
         self._require("sde_type", self.sde_type in SDE_TYPES, f"one of {SDE_TYPES}")
         self._require("cps_logprob", self.cps_logprob in CPS_LOGPROBS, f"one of {CPS_LOGPROBS}")

@@ -1,4 +1,4 @@
-"""The stock Qwen-Image, SD3 and FLUX pipelines plus `generate_with_logprob` (log-prob sampling)."""
+"""The stock Qwen-Image, SD3, FLUX and Wan pipelines plus `generate_with_logprob` (log-prob sampling)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
-from diffusers import FluxPipeline, QwenImagePipeline, StableDiffusion3Pipeline
+from diffusers import FluxPipeline, QwenImagePipeline, StableDiffusion3Pipeline, WanPipeline
 
 from verl_omni.models.base import DiffusionModelBase
 from verl_omni.models.flux import FluxAdapter
 from verl_omni.models.qwen_image import QwenImageAdapter
 from verl_omni.models.sd3 import SD3Adapter
+from verl_omni.models.wan import WanAdapter
 from verl_omni.pipelines.config import DiffusionSamplingConfig
 from verl_omni.pipelines.sampling import LogProbPipelineOutput, sample_with_logprob
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler
@@ -22,6 +23,7 @@ __all__ = [
     "LogProbPipelineMixin",
     "QwenImagePipelineWithLogProb",
     "StableDiffusion3PipelineWithLogProb",
+    "WanPipelineWithLogProb",
 ]
 
 
@@ -97,3 +99,20 @@ class FluxPipelineWithLogProb(LogProbPipelineMixin, FluxPipeline):
     """`FluxPipeline` with `generate_with_logprob` (distilled guidance embedding, one forward per step)."""
 
     adapter_class = FluxAdapter
+
+
+class WanPipelineWithLogProb(LogProbPipelineMixin, WanPipeline):
+    """`WanPipeline` with `generate_with_logprob` (videos `(B, F, 3, H, W)`, plain CFG in two forwards)."""
+
+    adapter_class = WanAdapter
+
+    @property
+    def sde_scheduler(self) -> FlowMatchSDEDiscreteScheduler:
+        """A `FlowMatchSDEDiscreteScheduler` with Wan's fixed shift (also from a UniPC scheduler's `flow_shift`)."""
+        if isinstance(self.scheduler, FlowMatchSDEDiscreteScheduler):
+            return self.scheduler
+        cached = self.__dict__.get("_verl_sde_scheduler")
+        if cached is None:
+            cached = self.adapter.build_scheduler()
+            self.__dict__["_verl_sde_scheduler"] = cached
+        return cached

@@ -32,7 +32,8 @@ class LogProbPipelineOutput(BaseOutput):
     """Output of the log-prob pipelines.
 
     Args:
-        images (`torch.Tensor` of shape `(B, 3, H, W)`, uint8): the decoded images, `B = len(prompts) * n`.
+        images (`torch.Tensor` of shape `(B, 3, H, W)`, uint8): the decoded images, `B = len(prompts) * n`; a video
+            model's videos are `(B, num_frames, 3, H, W)`.
         trajectory (`TensorDict` of batch `[B]`): the layout documented in docs/omni/sampling.md.
     """
 
@@ -107,7 +108,7 @@ def sample_with_logprob(
         cond = cond.repeat_interleave(n, dim=0)
 
     # 3. Prepare latents (float32) and the schedule; DanceGRPO shares each prompt's first x_T with its group
-    latents = adapter.prepare_latents(batch, height, width, generator, device)
+    latents = _prepare_latents(adapter, config, batch, generator, device)
     if config.init_same_noise and n > 1:
         latents = latents[::n].repeat_interleave(n, dim=0)
     adapter.set_timesteps(scheduler, steps, height, width, device=device)
@@ -201,6 +202,8 @@ def sample_with_logprob(
         "width": torch.full((batch,), width, dtype=torch.long, device=latents.device),
         "prompt_index": rows // n,
     }
+    if getattr(adapter, "is_video", False):
+        traj["num_frames"] = torch.full((batch,), config.num_frames, dtype=torch.long, device=dev)
     if decode:
         traj["images"] = images
     trajectory = TensorDict(traj, batch_size=[batch], device=dev)
@@ -237,6 +240,25 @@ def _clean_trajectory(
     trajectory = TensorDict(traj, batch_size=[batch], device=dev)
     trajectory.update(cond.to(dev))
     return trajectory
+
+
+def _prepare_latents(
+    adapter: DiffusionModelBase,
+    config: DiffusionSamplingConfig,
+    batch: int,
+    generator: torch.Generator | list[torch.Generator] | None,
+    device: Any,
+) -> torch.Tensor:
+    """The initial noise; a video adapter (`is_video`) also gets `config.num_frames`, an image adapter refuses it."""
+    if getattr(adapter, "is_video", False):
+        return adapter.prepare_latents(batch, config.height, config.width, generator, device,
+                                       num_frames=config.num_frames)  # fmt: skip
+    if config.num_frames != 1:
+        raise ValueError(
+            f"num_frames: {adapter.name} generates images, got num_frames={config.num_frames}; set "
+            "rollout.pipeline.num_frames to 1 (only video models such as wan take frames)"
+        )
+    return adapter.prepare_latents(batch, config.height, config.width, generator, device)
 
 
 def _expand_rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

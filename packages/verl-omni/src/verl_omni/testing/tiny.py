@@ -415,4 +415,11 @@ def _build_flux(preset: TinyPreset, seed: int) -> Any:
     )
 
 
-_BUILDERS = {"qwen_image": _build_qwen_image, "sd3": _build_sd3, "flux": _build_flux}
+def _build_wan(preset: TinyPreset, seed: int) -> Any:
+    """Wan 2.1 text-to-video (`WanPipeline`): built in `verl_omni.testing.tiny_wan`."""
+    from verl_omni.testing.tiny_wan import build_tiny_wan
+
+    return build_tiny_wan(preset, seed)
+
+
+_BUILDERS = {"qwen_image": _build_qwen_image, "sd3": _build_sd3, "flux": _build_flux, "wan": _build_wan}
