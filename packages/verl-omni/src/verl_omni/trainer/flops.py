@@ -1,0 +1,166 @@
+"""Model FLOPs of each stage of a training step, and its MFU: `perf/flops/<stage>` and `perf/mfu/<stage>`.
+
+The forward FLOPs of one sample come from the transformer's config (`verl_omni.models.flops`); a stage's FLOPs are
+that times the forwards it runs on the step's batch of `B` trajectories, each `T` sampling steps, `K` of them trained
+(`log_probs` is `(B, K)`; DanceGRPO's `train_step_mask` counts only its trained entries), `c` = 2 forwards per step
+with classifier-free guidance (a guidance scale > 1 and negative embeddings in the batch), else 1:
+
+    gen           B · T · c forwards (the rollout's whole sampling loop)
+    old_log_prob  B · K · c forwards (only when the recompute runs: not fused, not bypassed)
+    ref           B · K · c forwards (the reference: the adapter-disabled model with LoRA, the frozen copy without)
+    update_actor  B · K · c · ppo_epochs · (forward + backward)
+
+The backward of full fine-tuning is 2 forwards (input and weight gradients of every matmul). With LoRA the base
+weights are frozen: a linear layer's backward is its input gradient only (1× its forward), attention's backward is
+still 2× its forward (`dQ, dK, dV` from `dA` and `dS`), LoRA's own small matmuls are not counted. These are model
+FLOPs: gradient checkpointing's recomputed forwards are not counted. The update is counted only for losses that
+train on the rollout's SDE steps (`needs_log_probs`, one row per sample); DiffusionNFT and DPO are left out.
+
+MFU = FLOPs / (stage seconds · devices · `trainer.peak_tflops` · 1e12); the step's MFU divides the summed FLOPs by
+the whole step's time. No MFU is logged on the CPU or with `trainer.peak_tflops: null`.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+from typing import Any
+
+from tensordict import TensorDict
+
+from verl_omni.models.flops import ForwardFlops, forward_flops, image_tokens, supported_models
+
+__all__ = ["StageFlops", "batch_geometry"]
+
+logger = logging.getLogger(__name__)
+
+_STAGES = ("gen", "old_log_prob", "ref", "update_actor")
+
+
+def _first(batch: TensorDict, key: str) -> float:
+    value = batch[key]
+    return float(value.flatten()[0].item()) if hasattr(value, "flatten") else float(value)
+
+
+def batch_geometry(batch: TensorDict, model: str, transformer_config: dict, vae_scale: int) -> dict[str, Any]:
+    """Tokens and forwards per sampling step of a trajectory batch.
+
+    Returns:
+        `dict`: `image_tokens`, `text_tokens` (the prompt embedding's length), `negative_text_tokens` (None without
+        CFG), `cfg` (forwards per step: 2 with guidance > 1 and negative embeddings, else 1), `rows`,
+        `trained` (trained sample-steps: `train_step_mask.sum()`, or `B · K`; 0 without `log_probs`) and `steps`.
+    """
+    keys = set(batch.keys())
+    height, width = int(_first(batch, "height")), int(_first(batch, "width"))
+    neg = "negative_prompt_embeds" in keys and "guidance_scale" in keys and _first(batch, "guidance_scale") > 1
+    if "train_step_mask" in keys:
+        trained = int(batch["train_step_mask"].sum().item())
+    elif "log_probs" in keys:
+        trained = batch["log_probs"].shape[0] * batch["log_probs"].shape[1]
+    else:
+        trained = 0
+    return {
+        "image_tokens": image_tokens(model, transformer_config, height, width, vae_scale),
+        "text_tokens": int(batch["prompt_embeds"].shape[1]),
+        "negative_text_tokens": int(batch["negative_prompt_embeds"].shape[1]) if neg else None,
+        "cfg": 2 if neg else 1,
+        "rows": batch.batch_size[0],
+        "trained": trained,
+        "steps": int(_first(batch, "num_inference_steps")),
+    }
+
+
+class StageFlops:
+    """Per-step `perf/flops/*` and `perf/mfu/*` of a trainer run (see the module docstring for the count).
+
+    Args:
+        model (`str`): the adapter name (`sd3`, `qwen_image`, `flux`).
+        transformer_config (`dict`): the transformer's `config.json`.
+        vae_scale (`int`): pixels per latent cell.
+        lora (`bool`): the base weights are frozen (LoRA): the cheaper backward.
+        ppo_epochs (`int`): passes of the update over the batch.
+        count_update (`bool`): count the update (the loss trains on the rollout's SDE steps, one row per sample).
+        devices (`int`): devices the stages run on (the actor ranks; the colocated rollout shares them).
+        peak_tflops (`float`, *optional*): dense peak of one device in TFLOP/s; None logs FLOPs only.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        transformer_config: dict,
+        vae_scale: int,
+        *,
+        lora: bool,
+        ppo_epochs: int = 1,
+        count_update: bool = True,
+        devices: int = 1,
+        peak_tflops: float | None = None,
+    ) -> None:
+        self.model, self.transformer_config, self.vae_scale = model, dict(transformer_config), int(vae_scale)
+        self.lora, self.ppo_epochs, self.count_update = lora, ppo_epochs, count_update
+        self.devices, self.peak_tflops = devices, peak_tflops
+
+    @classmethod
+    def for_folder(cls, path: str | pathlib.Path, **kwargs: Any) -> StageFlops | None:
+        """A counter for the pipeline folder `path`; None (logged once) when its model has no FLOPs formula."""
+        from verl_omni.models import adapter_for_folder
+
+        adapter = adapter_for_folder(path)
+        if adapter.name not in supported_models():
+            logger.info("perf/flops: no FLOPs formula for model %r; FLOPs and MFU are not logged", adapter.name)
+            return None
+        return cls(adapter.name, adapter.transformer_config, adapter.vae_scale_factor, **kwargs)
+
+    @classmethod
+    def for_config(cls, config: Any, device: str) -> StageFlops | None:
+        """The counter of a `DiffusionTrainerConfig` whose actor ranks run on `device` (MFU only on `cuda`)."""
+        from verl_omni.algos import loss_spec
+
+        arr, trainer = config.actor_rollout_ref, config.trainer
+        return cls.for_folder(
+            arr.model.path,
+            lora=arr.model.use_lora,
+            ppo_epochs=arr.actor.ppo_epochs,
+            count_update=loss_spec(arr.actor.diffusion_loss.loss_mode).needs_log_probs,
+            devices=trainer.nnodes * trainer.n_gpus_per_node,
+            peak_tflops=trainer.peak_tflops if device == "cuda" else None,
+        )
+
+    def _step_forward(self, g: dict[str, Any]) -> ForwardFlops:
+        """FLOPs of one sampling step of one sample: the conditional forward (+ the unconditional one with CFG)."""
+        one = forward_flops(self.model, self.transformer_config, image_tokens=g["image_tokens"],
+                            text_tokens=g["text_tokens"])  # fmt: skip
+        if g["negative_text_tokens"] is not None:
+            one = one + forward_flops(self.model, self.transformer_config, image_tokens=g["image_tokens"],
+                                      text_tokens=g["negative_text_tokens"])  # fmt: skip
+        return one
+
+    def stage_flops(self, batch: TensorDict, stages: set[str] | list[str]) -> dict[str, float]:
+        """FLOPs (all devices together) of each of `stages` that ran on `batch` (the step's trajectories)."""
+        g = batch_geometry(batch, self.model, self.transformer_config, self.vae_scale)
+        step = self._step_forward(g)
+        out: dict[str, float] = {}
+        if "gen" in stages:
+            out["gen"] = g["rows"] * g["steps"] * step.total
+        for stage in ("old_log_prob", "ref"):
+            if stage in stages and g["trained"]:
+                out[stage] = g["trained"] * step.total
+        if "update_actor" in stages and self.count_update and g["trained"]:
+            backward = step.linear * (1 if self.lora else 2) + step.attention * 2
+            out["update_actor"] = self.ppo_epochs * g["trained"] * (step.total + backward)
+        return out
+
+    def metrics(self, batch: TensorDict, timing: dict[str, float]) -> dict[str, float]:
+        """`perf/flops/<stage>` for the stages in `timing`, and `perf/mfu/<stage>` + `perf/mfu/step` with a peak."""
+        flops = self.stage_flops(batch, [s for s in _STAGES if s in timing])
+        out = {f"perf/flops/{k}": v for k, v in flops.items()}
+        if flops:
+            out["perf/flops/step"] = sum(flops.values())
+        if self.peak_tflops:
+            peak = self.peak_tflops * 1e12 * self.devices
+            for stage, value in flops.items():
+                if timing.get(stage, 0) > 0:
+                    out[f"perf/mfu/{stage}"] = value / (timing[stage] * peak)
+            if flops and timing.get("step", 0) > 0:
+                out["perf/mfu/step"] = sum(flops.values()) / (timing["step"] * peak)
+        return out

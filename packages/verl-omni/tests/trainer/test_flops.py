@@ -1,0 +1,70 @@
+"""`verl_omni.trainer.flops.StageFlops`: forwards per stage of a step's batch, the backward rule, MFU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from verl_omni.models.flops import forward_flops
+from verl_omni.trainer.flops import StageFlops
+
+SD3 = {"num_layers": 2, "num_attention_heads": 2, "attention_head_dim": 8, "patch_size": 2, "in_channels": 4,
+       "joint_attention_dim": 8, "caption_projection_dim": 16, "pooled_projection_dim": 6}  # fmt: skip
+
+
+def _batch(rows=4, k=3, steps=10, guidance=4.5, negative=True, text=7, mask=None) -> TensorDict:
+    data = {
+        "height": torch.full((rows,), 64), "width": torch.full((rows,), 32),  # 8×4 latents: 4×2 = 8 tokens
+        "num_inference_steps": torch.full((rows,), steps), "guidance_scale": torch.full((rows,), guidance),
+        "prompt_embeds": torch.zeros(rows, text, 8), "log_probs": torch.zeros(rows, k),
+    }  # fmt: skip
+    if negative:
+        data["negative_prompt_embeds"] = torch.zeros(rows, 5, 8)
+    if mask is not None:
+        data["train_step_mask"] = mask
+    return TensorDict(data, batch_size=[rows])
+
+
+def test_stage_flops_count_the_forwards_of_each_stage():
+    # CFG: per step one conditional (7 text tokens) and one unconditional (5) forward
+    one = forward_flops("sd3", SD3, image_tokens=8, text_tokens=7) + forward_flops("sd3", SD3, image_tokens=8,
+                                                                                   text_tokens=5)  # fmt: skip
+    timing = {"gen": 1.0, "ref": 1.0, "update_actor": 1.0, "old_log_prob": 1.0}
+    lora = StageFlops("sd3", SD3, 8, lora=True).stage_flops(_batch(), timing)
+    full = StageFlops("sd3", SD3, 8, lora=False, ppo_epochs=2).stage_flops(_batch(), timing)
+    assert lora["gen"] == pytest.approx(4 * 10 * one.total)  # every sampling step of every row
+    assert lora["ref"] == lora["old_log_prob"] == pytest.approx(4 * 3 * one.total)  # the K trained steps
+    # LoRA: forward + input gradients of the frozen linears (1x) + attention's backward (2x)
+    assert lora["update_actor"] == pytest.approx(4 * 3 * (2 * one.linear + 3 * one.attention))
+    assert full["update_actor"] == pytest.approx(2 * 4 * 3 * 3 * one.total)  # forward + 2x backward, two epochs
+
+
+def test_stage_flops_without_cfg_mask_or_missing_stage():
+    one = forward_flops("sd3", SD3, image_tokens=8, text_tokens=7)
+    mask = torch.tensor([[True, False, False]] * 4)  # DanceGRPO: 4 of the 12 sample-steps trained
+    got = StageFlops("sd3", SD3, 8, lora=True).stage_flops(_batch(guidance=1.0, mask=mask), {"gen", "ref"})
+    assert got == {"gen": pytest.approx(4 * 10 * one.total), "ref": pytest.approx(4 * one.total)}
+    assert "perf/flops/update_actor" not in StageFlops("sd3", SD3, 8, lora=True, count_update=False).metrics(
+        _batch(), {"update_actor": 1.0, "step": 2.0}
+    )
+
+
+def test_metrics_mfu_against_the_peak_and_devices():
+    counter = StageFlops("sd3", SD3, 8, lora=True, devices=2, peak_tflops=1e-6)  # 1 MFLOP/s per device
+    timing = {"gen": 0.5, "update_actor": 2.0, "step": 4.0}
+    m = counter.metrics(_batch(), timing)
+    assert m["perf/mfu/gen"] == pytest.approx(m["perf/flops/gen"] / (0.5 * 2e6))
+    assert m["perf/mfu/update_actor"] == pytest.approx(m["perf/flops/update_actor"] / (2.0 * 2e6))
+    assert m["perf/mfu/step"] == pytest.approx((m["perf/flops/gen"] + m["perf/flops/update_actor"]) / (4.0 * 2e6))
+    no_peak = StageFlops("sd3", SD3, 8, lora=True).metrics(_batch(), timing)
+    assert "perf/flops/gen" in no_peak and not any(k.startswith("perf/mfu") for k in no_peak)  # the CPU: FLOPs only
+
+
+def test_for_config_reads_the_pipeline_folder_and_logs_no_mfu_on_the_cpu(tiny_qwen_image_path):
+    from verl_omni.trainer.config import load_config
+
+    config = load_config([f"actor_rollout_ref.model.path={tiny_qwen_image_path}"], config_name="quickstart")
+    on_cpu = StageFlops.for_config(config, "cpu")
+    assert on_cpu.model == "qwen_image" and on_cpu.lora == config.actor_rollout_ref.model.use_lora
+    assert on_cpu.peak_tflops is None and StageFlops.for_config(config, "cuda").peak_tflops == 790.0
