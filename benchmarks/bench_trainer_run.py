@@ -40,6 +40,7 @@ mean per request of the client round trip minus the server's latency, i.e. traje
     python benchmarks/bench_trainer_run.py --preset a --variants default,compile --out "$OUT"      # H200
     python benchmarks/bench_trainer_run.py --preset tiny --device cpu --steps 2 --warmup 1          # CPU, a minute
     python benchmarks/bench_trainer_run.py --preset a --variants compile,compile+2gpu --skip-baseline   # 2 GPUs
+    python benchmarks/bench_trainer_run.py --preset a --variants default,nocfg,nft,dpo --skip-baseline   # algorithms
 """
 
 from __future__ import annotations
@@ -75,6 +76,30 @@ VARIANTS: dict[str, list[str]] = {
     "recompute": ["algorithm.rollout_correction.fuse_on_policy_old_log_prob=false"],
     "reuse": ["algorithm.rollout_correction.bypass_mode=true"],
     "vllm-omni": ["actor_rollout_ref.rollout.name=vllm_omni"],  # the vLLM-Omni backend (needs vllm-omni)
+    # algorithms (docs/omni/algorithms.md), upstream's recipe keys on workload A's shape (steps, n, LoRA, lr kept)
+    "nocfg": ["actor_rollout_ref.rollout.pipeline.guidance_scale=null",
+              "actor_rollout_ref.rollout.pipeline.true_cfg_scale=1.0"],  # no CFG (any model): nft/dpo's rollout
+    "nokl": ["actor_rollout_ref.actor.use_kl_loss=false",
+             "actor_rollout_ref.actor.diffusion_loss.ref_kl_coef=0.0"],  # no reference forward (nft included)
+    "nft": ["actor_rollout_ref.model.algorithm=diffusion_nft", "actor_rollout_ref.actor.use_kl_loss=false",
+            "actor_rollout_ref.rollout.pipeline.guidance_scale=null",
+            "actor_rollout_ref.rollout.pipeline.true_cfg_scale=1.0",
+            "actor_rollout_ref.actor.diffusion_loss.mix_beta=0.1",
+            "actor_rollout_ref.actor.diffusion_loss.ref_kl_coef=1e-4",  # the reference as FlowGRPO's KL: one forward
+            "algorithm.old_policy_decay_schedule=delayed_linear_to_0_999", "algorithm.old_policy_update_interval=2"],
+    "mix": ["actor_rollout_ref.rollout.algo.sample_strategy=random", "actor_rollout_ref.rollout.algo.sde_window_size=2",
+            "actor_rollout_ref.rollout.algo.sde_window_seed=42",
+            "actor_rollout_ref.rollout.algo.noise_level=1.2"],  # upstream's range [0, 5] left out: tiny has 3 steps
+    "dance": ["actor_rollout_ref.rollout.algo.init_same_noise=true", "algorithm.timestep_fraction=0.6"],
+    "dpo": ["actor_rollout_ref.model.algorithm=dpo", "actor_rollout_ref.actor.use_kl_loss=false",
+            "actor_rollout_ref.rollout.pipeline.guidance_scale=null",
+            "actor_rollout_ref.rollout.pipeline.true_cfg_scale=1.0",
+            "actor_rollout_ref.actor.diffusion_loss.dpo_beta=100.0"],  # the reference is always on
+    "guard": ["actor_rollout_ref.actor.diffusion_loss.loss_mode=grpo_guard",
+              "actor_rollout_ref.actor.diffusion_loss.clip_ratio=2e-6", "actor_rollout_ref.rollout.algo.sde_type=sde"],
+    "dppo": ["actor_rollout_ref.actor.diffusion_loss.loss_mode=flow_dppo",
+             "actor_rollout_ref.rollout.algo.sde_type=sde",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=1"],  # 2 optimizer steps a batch, as upstream's recipe
 }  # fmt: skip
 """Variant parts (join with `+`, e.g. `compile+awake`) -> extra overrides. A part `Ngpu` (e.g. `compile+2gpu`) runs
 on N GPUs (N CPU ranks on the CPU) with N times the prompts per step, one optimizer step each, as weak scaling:
