@@ -17,7 +17,7 @@ class RewardBatch:
     """A batch of generated images with the prompt rows they came from.
 
     Args:
-        images (`torch.Tensor`): uint8 `(B, 3, H, W)`.
+        images (`torch.Tensor`): uint8 `(B, 3, H, W)`, or videos `(B, F, 3, H, W)` (a video model's samples).
         prompts (`list[str]`): the prompt of each image.
         data_sources (`list[str | None]`): reward routing key of each image (`data_source`).
         ground_truths (`list`): each image's ground truth (None where the row has none).
@@ -40,8 +40,10 @@ class RewardBatch:
         if not isinstance(self.images, torch.Tensor) or self.images.dtype != torch.uint8:
             got = self.images.dtype if isinstance(self.images, torch.Tensor) else type(self.images).__name__
             raise ValueError(f"images: expected a uint8 tensor (B, 3, H, W), got {got}")
-        if self.images.dim() != 4 or self.images.shape[1] != 3:
-            raise ValueError(f"images: expected shape (B, 3, H, W), got {tuple(self.images.shape)}")
+        if self.images.dim() not in (4, 5) or self.images.shape[-3] != 3:
+            raise ValueError(
+                f"images: expected shape (B, 3, H, W) or videos (B, F, 3, H, W), got {tuple(self.images.shape)}"
+            )
         n = self.images.shape[0]
         for name in ("prompts", "data_sources", "ground_truths", "extra_infos"):
             if len(getattr(self, name)) != n:

@@ -1,7 +1,10 @@
 """Built-in image scorers routed by `data_source` (the old `default_compute_score_image`).
 
 Routing table (`BUILTIN_IMAGE_SCORERS`): `jpeg_compressibility` -> `jpeg_compressibility` (−kB / 500, higher =
-smaller file), `jpeg_incompressibility` -> `jpeg_incompressibility` (+kB). Any other `data_source` (for example
+smaller file), `jpeg_incompressibility` -> `jpeg_incompressibility` (+kB), and for videos
+`video_jpeg_compressibility` (mean over every frame) and `video_temporal_smoothness` (−mean |Δframe| / 255). An image
+scorer given videos `(B, F, 3, H, W)` scores their frames `0, k, 2k, ...` (`k = extra_info["frame_interval"]`,
+default 1) and averages them per video (`verl_omni.reward.video.score_media`). Any other `data_source` (for example
 verl's OCR data, `flow_grpo/ocr`) needs a custom reward function; scoring it here is an error naming it and
 the known ones.
 """
@@ -16,6 +19,7 @@ import torch
 
 from verl_omni.reward.jpeg import jpeg_compressibility, jpeg_incompressibility
 from verl_omni.reward.loader import batched_reward
+from verl_omni.reward.video import score_media, temporal_smoothness, video_jpeg_compressibility
 
 __all__ = [
     "BUILTIN_IMAGE_SCORERS",
@@ -28,12 +32,15 @@ __all__ = [
 BUILTIN_IMAGE_SCORERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "jpeg_compressibility": jpeg_compressibility,
     "jpeg_incompressibility": jpeg_incompressibility,
+    "video_jpeg_compressibility": video_jpeg_compressibility,
+    "video_temporal_smoothness": temporal_smoothness,
 }
-"""`data_source` -> a batched scorer: uint8 `(B, 3, H, W)` images -> `(B,)` rewards."""
+"""`data_source` -> a batched scorer: uint8 `(B, 3, H, W)` images (or `(B, F, 3, H, W)` videos) -> `(B,)` rewards."""
 
 BUILTIN_REWARD_FUNCTIONS: dict[str, tuple[str, str]] = {
     "jpeg_compressibility": ("pkg://verl_omni.reward.builtin", "jpeg_compressibility_reward"),
     "jpeg_incompressibility": ("pkg://verl_omni.reward.builtin", "jpeg_incompressibility_reward"),
+    "video_temporal_smoothness": ("pkg://verl_omni.reward.builtin", "video_temporal_smoothness_reward"),
     "vlm_judge": ("pkg://verl_omni.reward.vlm_judge", "compute_score"),
     "http": ("pkg://verl_omni.reward.http_scorer", "compute_score"),
     "ocr": ("pkg://verl_omni.reward.ocr", "compute_score_ocr"),
@@ -43,14 +50,23 @@ BUILTIN_REWARD_FUNCTIONS: dict[str, tuple[str, str]] = {
 
 @batched_reward
 def jpeg_compressibility_reward(solution_images: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-    """Batched reward function (`builtin: jpeg_compressibility`): `−size_kB / 500` per image, float64 `(B,)`."""
-    return jpeg_compressibility(solution_images)
+    """Batched reward function (`builtin: jpeg_compressibility`): `−size_kB / 500` per image, float64 `(B,)`.
+
+    Videos `(B, F, 3, H, W)`: the mean over frames `0, k, 2k, ...` (`k` = each row's `extra_info["frame_interval"]`).
+    """
+    return score_media(jpeg_compressibility, solution_images, kwargs.get("extra_infos"))
 
 
 @batched_reward
 def jpeg_incompressibility_reward(solution_images: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-    """Batched reward function (`builtin: jpeg_incompressibility`): `+size_kB` per image, float64 `(B,)`."""
-    return jpeg_incompressibility(solution_images)
+    """Batched reward function (`builtin: jpeg_incompressibility`): `+size_kB` per image (frames as above), `(B,)`."""
+    return score_media(jpeg_incompressibility, solution_images, kwargs.get("extra_infos"))
+
+
+@batched_reward
+def video_temporal_smoothness_reward(solution_images: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """Batched reward function (`builtin: video_temporal_smoothness`): `−mean |Δframe| / 255` per video, `(B,)`."""
+    return temporal_smoothness(solution_images)
 
 
 def _route(data_source: Any) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -124,5 +140,6 @@ def default_compute_score_image_batch(
     out = torch.empty(len(data_sources), dtype=torch.float64)
     for ds in dict.fromkeys(data_sources):
         idx = [i for i, d in enumerate(data_sources) if d == ds]
-        out[idx] = _route(ds)(solution_images[idx]).to(torch.float64)
+        infos = [extra_infos[i] for i in idx] if extra_infos is not None else None
+        out[idx] = score_media(_route(ds), solution_images[idx], infos).to(torch.float64)
     return out

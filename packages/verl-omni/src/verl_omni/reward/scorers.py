@@ -19,6 +19,7 @@ from verl_omni.reward.builtin import BUILTIN_IMAGE_SCORERS, check_builtin_data_s
 from verl_omni.reward.config import RewardConfig
 from verl_omni.reward.loader import LoadedRewardFunction, load_reward_function
 from verl_omni.reward.reward_model import REWARD_MODEL_ARGS, RewardModelEndpoint
+from verl_omni.reward.video import score_media
 
 __all__ = ["BuiltinScorer", "FunctionScorer", "WeightedSumScorer", "build_scorer"]
 
@@ -47,7 +48,8 @@ class BuiltinScorer:
                     detail=f"no built-in image scorer for this data_source (known: {known}); set "
                     "reward.custom_reward_function.path/.name to score it",
                 )
-            scores[idx] = fn(batch.images[idx]).to(torch.float32)
+            infos = [batch.extra_infos[i] for i in idx]
+            scores[idx] = score_media(fn, batch.images[idx], infos).to(torch.float32)
         return RewardOutput(scores)
 
 
