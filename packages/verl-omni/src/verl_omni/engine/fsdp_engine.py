@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -23,11 +23,11 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from verl_omni.algos import PolicyLossInput, get_loss, loss_spec, rollout_consistency_metrics
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, torch_dtype_name
 from verl_omni.engine.checkpoint import load_engine_checkpoint, save_engine_checkpoint
-from verl_omni.engine.clean_update import OldPolicy, update_on_clean_samples
 from verl_omni.engine.distributed import all_reduce_metrics, default_device, ensure_process_group, make_mesh
 from verl_omni.engine.lora import adapters_disabled, apply_lora, export_weights
+from verl_omni.engine.metrics import accumulate, update_metrics
+from verl_omni.engine.old_policy import OldPolicy
 from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
-from verl_omni.engine.pair_update import update_on_pairs
 from verl_omni.engine.weight_export import ExportBuffer
 from verl_omni.schedulers.settings import setting_name
 
@@ -315,6 +315,30 @@ class DiffusersFSDPEngine:
 
     # ---- policy update ------------------------------------------------------------------------------------
 
+    # the update of each loss kind `LossSpec.trains_on` other than "transitions" (which is `update_policy` itself):
+    # its module registers it (`engine/clean_update.py`, `engine/pair_update.py`, imported by `verl_omni.engine`), so
+    # the engine never imports the modules that take it as an argument
+    _updates: ClassVar[dict[str, Callable[[DiffusersFSDPEngine, TensorDict], dict[str, float]]]] = {}
+
+    @classmethod
+    def register_update(cls, trains_on: str) -> Callable[[Callable], Callable]:
+        """Decorator: `fn(engine, batch) -> metrics` is the policy update of the losses with `trains_on`."""
+
+        def deco(fn: Callable[[DiffusersFSDPEngine, TensorDict], dict[str, float]]) -> Callable:
+            cls._updates[trains_on] = fn
+            return fn
+
+        return deco
+
+    def _update_for(self, trains_on: str) -> Callable[[DiffusersFSDPEngine, TensorDict], dict[str, float]]:
+        if trains_on not in self._updates:
+            raise ValueError(
+                f"update_policy: actor.diffusion_loss.loss_mode={self.config.diffusion_loss.loss_mode!r} trains on "
+                f"{trains_on!r}, which has no registered update (registered: {sorted(self._updates)}); import "
+                "verl_omni.engine, which registers them"
+            )
+        return self._updates[trains_on]
+
     def _mini_batches(self, batch: TensorDict, epoch: int) -> list[TensorDict]:
         n = batch.batch_size[0]
         global_mini = self.config.ppo_mini_batch_size * self.config.rollout_n
@@ -366,10 +390,8 @@ class DiffusersFSDPEngine:
         on_policy_old = "old_log_probs" not in batch
         loss_mode = self.config.diffusion_loss.loss_mode
         spec = loss_spec(loss_mode)
-        if spec.trains_on == "pairs":  # a loss on preference pairs (online Diffusion-DPO)
-            return update_on_pairs(self, batch)
-        if not spec.needs_log_probs:  # a loss on clean samples (DiffusionNFT): forward-process training
-            return update_on_clean_samples(self, batch)
+        if spec.trains_on != "transitions":  # clean samples (DiffusionNFT) or preference pairs (Diffusion-DPO)
+            return self._update_for(spec.trains_on)(self, batch)
         if spec.sde_types is not None:
             stored = self.sde_type
             if stored is None and "sde_type" in batch:
@@ -442,23 +464,18 @@ class DiffusersFSDPEngine:
                         )
                         scale = part.batch_size[0] / mini_size / k_train * (self.config.loss_scale_factor or 1.0)
                         (res.loss * scale).backward()
-                        _accumulate(acc, "pg_loss", res.pg_loss)
+                        accumulate(acc, "pg_loss", res.pg_loss)
                         if res.kl is not None:
-                            _accumulate(acc, "kl_loss", res.kl)
+                            accumulate(acc, "kl_loss", res.kl)
                         for name, value in res.metrics.items():
-                            _accumulate(acc, name, value)
+                            accumulate(acc, name, value)
                         n_terms += 1
                     if on_policy_old:
                         own_old.append(torch.stack(micro_old, dim=1))
                         own_rollout.append(micro["log_probs"])  # in the update's (possibly shuffled) row order
                 lr = self.optimizer.param_groups[0]["lr"]  # the lr this optimizer step uses
                 grad_norms.append(self._clip_and_step())
-        metrics = {
-            f"actor/{name}": total if name.endswith(("_min", "_max")) else total / n_terms
-            for name, total in acc.items()
-        }
-        metrics["actor/grad_norm"] = torch.stack(grad_norms).mean()
-        metrics["actor/lr"] = torch.tensor(lr)
+        metrics = update_metrics(acc, n_terms, grad_norms, lr)
         if "log_probs" in batch:
             old = torch.cat(own_old) if on_policy_old else batch["old_log_probs"]
             rollout = (torch.cat(own_rollout) if on_policy_old else batch["log_probs"]).to(old.device)
@@ -606,19 +623,6 @@ def _trained_rows(micro: TensorDict, k: int) -> tuple[list[torch.Tensor | None],
             f"row, got shape {tuple(mask.shape)} and counts {sorted(set(counts.tolist()))}"
         )
     return [mask[:, j].nonzero().squeeze(1) for j in range(k)], int(counts[0])
-
-
-def _accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
-    """Running sum of a metric; running min / max for names ending in `_min` / `_max`."""
-    value = value.detach().float()
-    if name not in acc:
-        acc[name] = value
-    elif name.endswith("_min"):
-        acc[name] = torch.minimum(acc[name], value)
-    elif name.endswith("_max"):
-        acc[name] = torch.maximum(acc[name], value)
-    else:
-        acc[name] = acc[name] + value
 
 
 def _warn_unsharded_repeated_blocks(transformer: nn.Module, blocks: list[nn.Module], prefixes: list[str]) -> None:

@@ -4,27 +4,27 @@ The trainer hands the engine only the chosen and rejected samples of each prompt
 (`2i`: chosen, `2i + 1`: rejected) that share their noise `ε` (`dpo_noise`) and noise level σ (`dpo_sigma`). For every
 row this update builds `x_t = (1 − σ)·x₀ + σ·ε`, computes the reference velocity (LoRA adapters disabled, no grad) for
 the whole batch before the first optimizer step, then runs the registered loss on micro-batches of whole pairs with the
-velocity of the trained policy (no CFG). Rows are never shuffled: a pair must stay in one micro-batch.
+velocity of the trained policy (no CFG). Rows are never shuffled: a pair must stay in one micro-batch. It registers
+itself as the engine's update for `trains_on="pairs"`; the noising and the velocity are `engine/velocity.py`'s.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict
 
 from verl_omni.algos import ForwardLossInput, get_loss
 from verl_omni.engine.distributed import all_reduce_metrics
-
-if TYPE_CHECKING:
-    from verl_omni.engine.fsdp_engine import DiffusersFSDPEngine
+from verl_omni.engine.fsdp_engine import DiffusersFSDPEngine
+from verl_omni.engine.metrics import accumulate, update_metrics
+from verl_omni.engine.velocity import no_grad_velocities, noised_latents, timestep_of, unguided_velocity
 
 __all__ = ["update_on_pairs"]
 
 _REQUIRED = ("latents_clean", "dpo_noise", "dpo_sigma")
 
 
+@DiffusersFSDPEngine.register_update("pairs")
 def update_on_pairs(engine: DiffusersFSDPEngine, batch: TensorDict) -> dict[str, float]:
     """One policy update of `engine` with its pair loss on a local batch of adjacent (chosen, rejected) rows.
 
@@ -41,8 +41,6 @@ def update_on_pairs(engine: DiffusersFSDPEngine, batch: TensorDict) -> dict[str,
         ValueError: a required key is missing, the batch or a mini-batch is an odd number of rows, or it does not split
             into mini-batches.
     """
-    from verl_omni.engine.fsdp_engine import _accumulate
-
     cfg = engine.config
     missing = [k for k in _REQUIRED if k not in batch.keys()]  # noqa: SIM118 - a TensorDict's keys
     if missing:
@@ -59,7 +57,7 @@ def update_on_pairs(engine: DiffusersFSDPEngine, batch: TensorDict) -> dict[str,
         )
     # 1. reference velocities for the whole batch, before any optimizer step
     with engine._reference_mode():
-        ref = _velocities(engine, batch)
+        ref = no_grad_velocities(engine, batch, lambda micro: _velocity(engine, micro, *_noised(micro)))
     batch = batch.clone(recurse=False)
     batch["ref_velocity"] = ref
     # 2. the update: one optimizer step per mini-batch; a micro-batch's loss (a mean over its pairs) ÷ its share
@@ -88,50 +86,21 @@ def update_on_pairs(engine: DiffusersFSDPEngine, batch: TensorDict) -> dict[str,
                 )
                 scale = micro.batch_size[0] / mini * (cfg.loss_scale_factor or 1.0)
                 (res.loss * scale).backward()
-                _accumulate(acc, "pg_loss", res.pg_loss)
+                accumulate(acc, "pg_loss", res.pg_loss)
                 for name, value in res.metrics.items():
-                    _accumulate(acc, name, value)
+                    accumulate(acc, name, value)
                 n_terms += 1
             lr = engine.optimizer.param_groups[0]["lr"]
             grad_norms.append(engine._clip_and_step())
-    metrics = {
-        f"actor/{name}": total if name.endswith(("_min", "_max")) else total / n_terms for name, total in acc.items()
-    }
-    metrics["actor/grad_norm"] = torch.stack(grad_norms).mean()
-    metrics["actor/lr"] = torch.tensor(lr)
-    return all_reduce_metrics(metrics, engine.device)
+    return all_reduce_metrics(update_metrics(acc, n_terms, grad_norms, lr), engine.device)
 
 
 def _noised(micro: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
     """`(x_t, σ (B,))` with `x_t = (1 − σ)·x₀ + σ·ε`."""
-    x0 = micro["latents_clean"].float()
     sigma = micro["dpo_sigma"].float()
-    sb = sigma.reshape(-1, *([1] * (x0.dim() - 1)))
-    return (1.0 - sb) * x0 + sb * micro["dpo_noise"].float(), sigma
+    return noised_latents(micro["latents_clean"], micro["dpo_noise"], sigma), sigma
 
 
 def _velocity(engine: DiffusersFSDPEngine, micro: TensorDict, x_t: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """The velocity of `engine.module` at `x_t`, timestep `1000·σ`, without CFG (float32)."""
-    return engine.adapter.velocity(
-        engine.module,
-        x_t,
-        sigma * 1000.0,
-        engine.adapter.conditioning(micro),
-        guidance_scale=1.0,
-        height=int(micro["height"][0]),
-        width=int(micro["width"][0]),
-        dtype=engine.param_dtype,
-    )
-
-
-@torch.no_grad()
-def _velocities(engine: DiffusersFSDPEngine, batch: TensorDict) -> torch.Tensor:
-    """Velocities `(B, *latent)` of the module as it stands (no grad) at every row's `x_t`."""
-    engine.module.eval()
-    size = engine.config.log_prob_micro_batch_size_per_gpu or engine.config.ppo_micro_batch_size_per_gpu
-    out = []
-    for micro in engine._micro_batches(batch, size):
-        micro = engine._to_device(micro, update=True)
-        x_t, sigma = _noised(micro)
-        out.append(_velocity(engine, micro, x_t, sigma))
-    return torch.cat(out)
+    return unguided_velocity(engine, micro, x_t, timestep_of(sigma))
