@@ -85,7 +85,7 @@ def main() -> None:
 
         config = RolloutConfig(
             model={"path": str(folder)}, name="vllm", device=args.device, gpu_memory_utilization=0.3,
-            enforce_eager=False, max_model_len=1024, request_timeout_s=120, max_request_bytes=64 << 20,
+            enforce_eager=False, max_model_len=512, request_timeout_s=120, max_request_bytes=64 << 20,
         )  # fmt: skip
         server = vLLMHttpServer(config)
         paths = {"ours": True, "vllm": True}  # path -> with the image

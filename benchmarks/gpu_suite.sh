@@ -94,8 +94,9 @@ for phase in "$@"; do
     trainer-run-vllm) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-vllm timeout 560 python3 benchmarks/bench_trainer_run.py \
                         --device cuda --preset a --variants "${RUN_VLLM_VARIANTS:-compile+vllm-omni,compile}" \
                         --skip-baseline --warmup 1 --steps 3 --out "$out/vllm" ;;
-    reward-model) VERL_TEST_RAY_LOGS=1 run gpu-reward-model timeout -k 10 "${REWARD_MODEL_TIMEOUT:-360}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s \
-                    packages/verl-core/tests/rollout/test_gpu_backends.py::test_vllm_chat_answers_image_questions_like_vllms_own_app_and_after_sleep \
+    reward-model) run gpu-vllm-chat timeout -k 10 180 python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s \
+                    packages/verl-core/tests/rollout/test_gpu_backends.py -k vllm_chat
+                  VERL_TEST_RAY_LOGS=1 run gpu-reward-model timeout -k 10 "${REWARD_MODEL_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s \
                     packages/verl-omni/tests/trainer/test_trainer_gpu.py -k reward_model
                   CUDA_VISIBLE_DEVICES=0 run bench-chat-vllm timeout 200 python3 benchmarks/bench_chat.py --backend vllm --device cuda \
                     --requests 256 --concurrency 64 --rounds 3 --out "$out" ;;

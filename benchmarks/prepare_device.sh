@@ -11,6 +11,7 @@ bash ../shared/device/prepare.sh \
   tensordict==0.15.3 pyvers==0.2.3 cloudpickle \
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection \
   fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 opentelemetry-api==1.45.2 \
-  h11 httpx httpcore anyio sniffio
+  h11 httpx httpcore anyio sniffio \
+  rapidfuzz tenacity openai distro jiter
 echo "check first on the GPU machine (seconds, before a long run):"
 echo "  python3 -c 'import verl_core.rollout.app, verl_omni.trainer.main, verl_omni.rollout.diffusers_server, ray, tensordict, diffusers, hydra, uvicorn'"

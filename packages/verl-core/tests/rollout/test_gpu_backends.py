@@ -82,7 +82,7 @@ def test_vllm_chat_answers_image_questions_like_vllms_own_app_and_after_sleep(tm
 
     folder = build_tiny_vlm(tmp_path / "vlm", hidden_size=256, num_heads=4, vision_heads=4)
     config = RolloutConfig(
-        model={"path": str(folder)}, name="vllm", gpu_memory_utilization=0.2, enforce_eager=True, max_model_len=1024,
+        model={"path": str(folder)}, name="vllm", gpu_memory_utilization=0.2, enforce_eager=True, max_model_len=512,
         request_timeout_s=120, max_request_bytes=64 << 20,
     )  # fmt: skip
     server = vLLMHttpServer(config)

@@ -123,8 +123,8 @@ def test_gpu_reward_model_on_vllm_scores_the_ocr_recipe(ray_gpus, trainer_run, t
         f"reward.reward_model.model_path={vlm}",
         "reward.reward_model.rollout.name=vllm",
         "reward.reward_model.rollout.gpu_memory_utilization=0.15",
-        "reward.reward_model.rollout.max_model_len=1024",
-        "reward.reward_model.rollout.prompt_length=512",
+        "reward.reward_model.rollout.max_model_len=512",
+        "reward.reward_model.rollout.prompt_length=256",
         "reward.reward_model.rollout.response_length=16",
     ]
     if own_pool:
