@@ -19,7 +19,8 @@ from verl_omni.algos import (
     registered_losses,
 )
 from verl_omni.algos import registry as registry_module
-from verl_omni.config import DiffusionActorConfig, DiffusionLossConfig
+from verl_omni.config import DiffusionActorConfig
+from verl_omni.trainer.config import DiffusionTrainerConfig
 
 
 @pytest.fixture
@@ -61,16 +62,17 @@ def test_register_loss_refuses_a_second_function_under_one_name(clean_registry):
     assert register_loss("flow_grpo")(flow_grpo_loss) is flow_grpo_loss  # re-registering the same one is a no-op
 
 
-def test_config_accepts_a_newly_registered_loss_mode(clean_registry):
-    expected = r"loss_mode: expected a registered loss \((\w+, )*flow_grpo, grpo_guard\b"
+def test_trainer_config_accepts_a_newly_registered_loss_mode(clean_registry):
+    node = {"actor": {"diffusion_loss": {"loss_mode": "my_loss"}}}
+    expected = r"^actor_rollout_ref\.actor\.diffusion_loss\.loss_mode: unknown loss 'my_loss'; registered: "
     with pytest.raises(ConfigValueError, match=expected):
-        DiffusionLossConfig(loss_mode="my_loss")
+        DiffusionTrainerConfig(actor_rollout_ref=node)
 
     @register_loss("my_loss")
     def my_loss(inputs: PolicyLossInput, config: DiffusionActorConfig) -> PolicyLossOutput:
         raise NotImplementedError
 
-    assert DiffusionLossConfig(loss_mode="my_loss").loss_mode == "my_loss"
+    assert DiffusionTrainerConfig(actor_rollout_ref=node).actor_rollout_ref.actor.diffusion_loss.loss_mode == "my_loss"
     assert get_loss("my_loss") is my_loss
     assert loss_spec("my_loss") == LossSpec()  # needs nothing beyond the common inputs, any sampler
 

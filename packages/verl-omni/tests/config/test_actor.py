@@ -54,13 +54,6 @@ def test_actor_config_builds_from_verl_omni_yaml_keys():
     ("node", "error", "pattern"),
     [
         ({"diffusion_loss": {"clip_ratioo": 1e-4}}, ConfigKeyError, r"diffusion_loss\.clip_ratioo.*Did you mean"),
-        pytest.param(
-            {"diffusion_loss": {"loss_mode": "offline_dpo"}},
-            ConfigValueError,
-            r"diffusion_loss\.loss_mode: expected a registered loss \((\w+, )*flow_grpo, grpo_guard\b"
-            r".*register_loss.*got 'offline_dpo'",
-            id="unregistered loss_mode",
-        ),
         ({"diffusion_loss": {"clip_ratio": 0}}, ConfigValueError, r"diffusion_loss\.clip_ratio: expected a float > 0"),
         ({"grad_clip": 0.5}, ConfigValueError, r"grad_clip: expected the same value as optim\.clip_grad"),
         ({"ppo_mini_batch_size": 0}, ConfigValueError, r"ppo_mini_batch_size: expected an int >= 1, got 0"),

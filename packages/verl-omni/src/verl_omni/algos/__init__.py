@@ -40,6 +40,7 @@ from verl_omni.algos.registry import (
     loss_spec,
     register_loss,
     registered_losses,
+    unknown_loss,
 )
 
 __all__ = [
@@ -75,4 +76,5 @@ __all__ = [
     "rollout_consistency_metrics",
     "select_preference_pairs",
     "select_train_timesteps",
+    "unknown_loss",
 ]

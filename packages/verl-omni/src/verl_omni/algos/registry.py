@@ -16,8 +16,9 @@ A loss that reads an optional input of `PolicyLossInput` names it in `needs` (th
 holds only for some samplers names them in `sde_types` (the trainer config rejects any other
 `rollout.algo.sde_type`); `loss_spec(name)` returns both.
 
-The module that registers a loss must be imported before a config naming it is built (the config checks
-`loss_mode` against this registry).
+The module that registers a loss must be imported before the trainer config naming it is built: the trainer's config
+check (`verl_omni.trainer.config.DiffusionTrainerConfig`) looks `loss_mode` up here; the config package itself does not
+import this registry.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 
 from verl_core.registry import Registry
 
-if TYPE_CHECKING:  # the config imports this registry to validate loss_mode; type-only import back
+if TYPE_CHECKING:  # type-only: the config package does not import this registry, and this module needs no config
     from verl_omni.config import DiffusionActorConfig
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "loss_spec",
     "register_loss",
     "registered_losses",
+    "unknown_loss",
 ]
 
 
@@ -170,7 +172,9 @@ class PolicyLossFn(Protocol):
 
 
 _LOSSES: Registry[PolicyLossFn] = Registry(
-    "loss", key="actor.diffusion_loss.loss_mode", hint=" (register one with verl_omni.algos.register_loss)"
+    "loss",
+    key="actor.diffusion_loss.loss_mode",
+    hint=" (register one with verl_omni.algos.register_loss, imported before the config is built)",
 )
 """`loss_mode` -> loss function."""
 _SPECS: dict[str, LossSpec] = {}
@@ -223,6 +227,11 @@ def loss_spec(name: str) -> LossSpec:
 def registered_losses() -> list[str]:
     """Every registered loss name, sorted."""
     return _LOSSES.names()
+
+
+def unknown_loss(name: str) -> str:
+    """Why `name` is not a loss: `unknown loss 'x'; did you mean 'y'? registered: ...` (the config check's message)."""
+    return _LOSSES.unknown_text(name)
 
 
 def get_loss(name: str) -> PolicyLossFn:

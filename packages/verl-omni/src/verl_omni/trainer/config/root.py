@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from verl_core.config import BaseConfig, ConfigValueError
-from verl_omni.algos import loss_spec
+from verl_omni.algos import loss_spec, registered_losses, unknown_loss
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig, DiffusionRolloutConfig
 from verl_omni.data import DataConfig
 from verl_omni.reward import RewardConfig
@@ -175,6 +175,7 @@ class DiffusionTrainerConfig(BaseConfig):
     def _check_loss_mode(self) -> None:
         """The loss's own needs (`verl_omni.algos.loss_spec`) against the sampler and the old-log-prob source."""
         mode = self.actor_rollout_ref.actor.diffusion_loss.loss_mode
+        _check(mode in registered_losses(), "actor_rollout_ref.actor.diffusion_loss.loss_mode", unknown_loss(mode))
         spec = loss_spec(mode)
         sde_type = self.actor_rollout_ref.rollout.algo.sde_type
         _check(
