@@ -166,8 +166,10 @@ def build_tiny_vlm(
 
 
 def _mrope_section(head_dim: int) -> list[int]:
-    """Qwen2.5-VL's rotary split over (time, height, width): sums to `head_dim / 2` ([1, 1, 2] for 8, [16, 24, 24]
-    for 128, the released models' split)."""
+    """Qwen2.5-VL's rotary split over (time, height, width), summing to `head_dim / 2`.
+
+    [1, 1, 2] for a head size of 8; [16, 24, 24] for 128, the released models' split.
+    """
     if head_dim % 2 or head_dim < 8:
         raise ValueError(f"build_tiny_vlm: head size {head_dim} (hidden_size / num_heads) must be even and >= 8")
     half = head_dim // 2
