@@ -172,6 +172,73 @@ def _t5_tokenizer() -> Any:
     )  # fmt: skip
 
 
+# ---- text encoders and VAE of SD3 and FLUX.1 ---------------------------------------------------------
+
+
+def _clip_text_encoder(tokenizer: Any, hidden: int, seed: int, *, projection: bool) -> Any:
+    """A 2-layer CLIP text encoder `hidden` wide for `tokenizer`, weights drawn after `torch.manual_seed(seed)`.
+
+    `projection=True` gives `CLIPTextModelWithProjection` (`projection_dim = hidden`, SD3's two encoders), else
+    `CLIPTextModel` (FLUX's pooled encoder).
+    """
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    torch.manual_seed(seed)
+    cfg = CLIPTextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=77,
+        **({"projection_dim": hidden} if projection else {}),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return (CLIPTextModelWithProjection if projection else CLIPTextModel)(cfg).eval()
+
+
+def _t5_text_encoder(tokenizer: Any, d_model: int, seed: int) -> Any:
+    """A 2-layer gated-GELU `T5EncoderModel` `d_model` wide for `tokenizer`, weights drawn after `manual_seed(seed)`."""
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(seed)
+    cfg = T5Config(
+        vocab_size=len(tokenizer),
+        d_model=d_model,
+        d_ff=128,
+        d_kv=16,
+        num_layers=2,
+        num_heads=4,
+        feed_forward_proj="gated-gelu",
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return T5EncoderModel(cfg).eval()
+
+
+def _kl_vae(seed: int, *, scaling_factor: float, shift_factor: float) -> Any:
+    """The 16-channel `AutoencoderKL` of SD3 and FLUX.1 (tiny widths), weights drawn after `manual_seed(seed)`."""
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(seed)
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4,
+        up_block_types=["UpDecoderBlock2D"] * 4,
+        block_out_channels=[16, 16, 32, 32],
+        layers_per_block=1,
+        latent_channels=16,
+        norm_num_groups=8,
+        scaling_factor=scaling_factor,
+        shift_factor=shift_factor,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+
+
 # ---- Qwen-Image -------------------------------------------------------------------------------------
 
 
@@ -245,47 +312,15 @@ def _build_qwen_image(preset: TinyPreset, seed: int) -> Any:
 
 
 def _build_sd3(preset: TinyPreset, seed: int) -> Any:
-    from diffusers import (
-        AutoencoderKL,
-        FlowMatchEulerDiscreteScheduler,
-        SD3Transformer2DModel,
-        StableDiffusion3Pipeline,
-    )
-    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
 
     joint_dim = 64
     tokenizer, tokenizer_2 = _clip_tokenizer(), _clip_tokenizer()
     tokenizer_3 = _t5_tokenizer()
-    encoders = []
-    for k, hidden in enumerate((32, 64)):
-        torch.manual_seed(seed + 10 + k)
-        cfg = CLIPTextConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            max_position_embeddings=77,
-            projection_dim=hidden,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        encoders.append(CLIPTextModelWithProjection(cfg).eval())
-    torch.manual_seed(seed + 12)
-    t5 = T5EncoderModel(
-        T5Config(
-            vocab_size=len(tokenizer_3),
-            d_model=joint_dim,
-            d_ff=128,
-            d_kv=16,
-            num_layers=2,
-            num_heads=4,
-            feed_forward_proj="gated-gelu",
-            pad_token_id=tokenizer_3.pad_token_id,
-            eos_token_id=tokenizer_3.eos_token_id,
-        )
-    ).eval()
+    encoders = [
+        _clip_text_encoder(tokenizer, hidden, seed + 10 + k, projection=True) for k, hidden in enumerate((32, 64))
+    ]
+    t5 = _t5_text_encoder(tokenizer_3, joint_dim, seed + 12)
     torch.manual_seed(seed + 1)
     inner = preset.num_heads * preset.head_dim
     transformer = SD3Transformer2DModel(
@@ -301,21 +336,7 @@ def _build_sd3(preset: TinyPreset, seed: int) -> Any:
         pooled_projection_dim=32 + 64,
         pos_embed_max_size=96,
     )
-    torch.manual_seed(seed + 2)
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=["DownEncoderBlock2D"] * 4,
-        up_block_types=["UpDecoderBlock2D"] * 4,
-        block_out_channels=[16, 16, 32, 32],
-        layers_per_block=1,
-        latent_channels=16,
-        norm_num_groups=8,
-        scaling_factor=1.5305,
-        shift_factor=0.0609,
-        use_quant_conv=False,
-        use_post_quant_conv=False,
-    )
+    vae = _kl_vae(seed + 2, scaling_factor=1.5305, shift_factor=0.0609)
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     return StableDiffusion3Pipeline(
         transformer=transformer,
@@ -335,39 +356,12 @@ def _build_sd3(preset: TinyPreset, seed: int) -> Any:
 
 def _build_flux(preset: TinyPreset, seed: int) -> Any:
     """FLUX.1-dev's shape: CLIP-L pooled + T5 sequence, double and single stream blocks, a guidance embedding."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
-    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
 
     joint_dim, pooled_dim = 64, 32
     tokenizer, tokenizer_2 = _clip_tokenizer(), _t5_tokenizer()
-    torch.manual_seed(seed + 10)
-    clip = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=pooled_dim,
-            intermediate_size=2 * pooled_dim,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            max_position_embeddings=77,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    ).eval()
-    torch.manual_seed(seed + 12)
-    t5 = T5EncoderModel(
-        T5Config(
-            vocab_size=len(tokenizer_2),
-            d_model=joint_dim,
-            d_ff=128,
-            d_kv=16,
-            num_layers=2,
-            num_heads=4,
-            feed_forward_proj="gated-gelu",
-            pad_token_id=tokenizer_2.pad_token_id,
-            eos_token_id=tokenizer_2.eos_token_id,
-        )
-    ).eval()
+    clip = _clip_text_encoder(tokenizer, pooled_dim, seed + 10, projection=False)
+    t5 = _t5_text_encoder(tokenizer_2, joint_dim, seed + 12)
     torch.manual_seed(seed + 1)
     transformer = FluxTransformer2DModel(
         patch_size=1,
@@ -381,21 +375,7 @@ def _build_flux(preset: TinyPreset, seed: int) -> Any:
         guidance_embeds=True,
         axes_dims_rope=preset.rope_axes,
     )
-    torch.manual_seed(seed + 2)
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=["DownEncoderBlock2D"] * 4,
-        up_block_types=["UpDecoderBlock2D"] * 4,
-        block_out_channels=[16, 16, 32, 32],
-        layers_per_block=1,
-        latent_channels=16,
-        norm_num_groups=8,
-        scaling_factor=0.3611,
-        shift_factor=0.1159,
-        use_quant_conv=False,
-        use_post_quant_conv=False,
-    )
+    vae = _kl_vae(seed + 2, scaling_factor=0.3611, shift_factor=0.1159)
     scheduler = FlowMatchEulerDiscreteScheduler(
         base_image_seq_len=256,
         base_shift=0.5,
