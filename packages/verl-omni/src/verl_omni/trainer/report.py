@@ -150,7 +150,8 @@ def load_val_images(run_dir: pathlib.Path) -> dict[int, torch.Tensor]:
 def write_sample_grid(val_images: dict[int, torch.Tensor], path: pathlib.Path, scale: int = 2) -> pathlib.Path | None:
     """Top row: the first validation's images; bottom row: the last one's (same prompts and noise).
 
-    Each row is labelled with its global step (`step N`) in a strip on the left.
+    Each row is labelled with its global step (`step N`) in a strip on the left. Videos `(B, F, 3, H, W)` are drawn
+    as frame strips, and an animated GIF of the same rows is written beside (`path` with suffix `.gif`).
     """
     from PIL import Image, ImageDraw
 
@@ -160,6 +161,10 @@ def write_sample_grid(val_images: dict[int, torch.Tensor], path: pathlib.Path, s
     steps = [first] if first == last else [first, last]
     rows = [val_images[s] for s in steps]
     count = min(r.shape[0] for r in rows)
+    if rows[0].dim() == 5:
+        from verl_omni.trainer.video_grid import write_video_gif
+
+        write_video_gif(rows, path.with_suffix(".gif"))
     images = image_grid(torch.cat([r[:count] for r in rows]), cols=count, scale=scale)
     grid = Image.new("RGB", (images.width + _LABEL_W, images.height), "white")
     grid.paste(images, (_LABEL_W, 0))

@@ -59,6 +59,8 @@ def check_loggers(loggers: list[str]) -> None:
 def image_grid(images: torch.Tensor, cols: int | None = None, scale: int = 1) -> Any:
     """uint8 images `(B, 3, H, W)` as one PIL image, `cols` per row (default: all in one row).
 
+    Videos `(B, F, 3, H, W)` are drawn as frame strips (`video_grid.frame_strips`), one per cell.
+
     Kept by hand (ten lines of PIL pastes) rather than `torchvision.utils.make_grid`: torchvision would be a
     dependency pinned to one torch release (0.28.0 requires exactly `torch==2.13.0`, so pip replaces any other
     torch, and verl-omni accepts `torch>=2.6`), and PyPI's Linux wheel is the CUDA build: beside the CPU torch
@@ -67,6 +69,10 @@ def image_grid(images: torch.Tensor, cols: int | None = None, scale: int = 1) ->
     """
     from PIL import Image
 
+    from verl_omni.trainer.video_grid import frame_strips, is_video_batch
+
+    if is_video_batch(images):
+        images = frame_strips(images)
     b, _, h, w = images.shape
     cols = max(1, min(cols or b, b))
     rows = (b + cols - 1) // cols
