@@ -2,8 +2,8 @@
 
 `preflight` runs in seconds and fails before any worker starts: the model folder (a `tiny://` path is built once
 and cached), the prompt files, the trackers, the reward model folder. `build_components` then starts or joins Ray,
-places one bundle per actor rank, and starts the actor ranks, the colocated rollout servers, the reward model
-servers (`reward.reward_model.enable`) and the reward scorer.
+places one bundle per actor rank, and starts the actor ranks, the rollout servers (colocated, or on a pool of their
+own with `trainer.mode: separate`), the reward model servers (`reward.reward_model.enable`) and the reward scorer.
 """
 
 from __future__ import annotations
@@ -176,12 +176,15 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         actor_cfg = actor_cfg.evolve(optim=actor_cfg.optim.evolve(total_training_steps=total_steps))
 
     reward_cpus = config.reward.num_workers * config.reward.num_cpus_per_worker if config.reward.pool == "ray" else 0
+    separate = trainer.mode == "separate"  # the rollout servers on a pool of their own, one bundle each
+    if separate:
+        reward_cpus += arr.rollout.nnodes * arr.rollout.n_gpus_per_node
     rm = config.reward.reward_model
     if rm.enable and not rm.colocated:  # one CPU per server of the reward model's own pool
         reward_cpus += rm.nnodes * rm.n_gpus_per_node // rm.rollout.tensor_model_parallel_size
     started = init_ray(config, extra_cpus=math.ceil(reward_cpus) + 1)
     register_tensor_transport()  # batches reach the actor ranks as raw bytes, not torch's pickle
-    pool = None
+    pool = rollout_pool = None
     actor = rollout = reward_model = None
     # a colocated reward model shares each actor bundle with the actor rank and the rollout server: a third each
     share = 1 / 3 if rm.colocated else COLOCATED_SHARE
@@ -215,8 +218,12 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         info = actor.call("init_engine", master["ip"], master["port"], **start)
         logger.info("actor ranks: %d on %s; %s", len(handles), device, info[0])
         server_config = served_rollout_config(arr, device)
+        rollout_slots, rollout_share = slots, share
+        if separate:
+            rollout_pool = ResourcePool(config, use_gpu, prefix="actor_rollout_ref.rollout")
+            rollout_slots, rollout_share = rollout_pool.create(), 1.0
         rollout = ColocatedRollout(
-            server_config, slots, use_gpu=use_gpu, threads=trainer.cpu_threads_per_worker, share=share
+            server_config, rollout_slots, use_gpu=use_gpu, threads=trainer.cpu_threads_per_worker, share=rollout_share
         )
         if rm.enable:
             from verl_omni.trainer.reward_model import RewardModelService
@@ -238,8 +245,9 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         for part in (reward_model, rollout, actor):
             if part is not None:
                 part.shutdown()
-        if pool is not None:
-            pool.remove()
+        for each in (rollout_pool, pool):
+            if each is not None:
+                each.remove()
         if started:
             ray.shutdown()
         raise
@@ -250,6 +258,8 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         rollout.shutdown()
         actor.shutdown()
         pool.remove()
+        if rollout_pool is not None:
+            rollout_pool.remove()
         if started:
             ray.shutdown()
 

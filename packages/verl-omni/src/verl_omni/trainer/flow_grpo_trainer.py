@@ -40,8 +40,9 @@ from verl_omni.rollout import pin_sde_window
 from verl_omni.trainer.checkpoint import run_signature
 from verl_omni.trainer.components import TrainerComponents
 from verl_omni.trainer.config import DiffusionTrainerConfig
-from verl_omni.trainer.flops import StageFlops
 from verl_omni.trainer.report import begin_val_images, save_val_images
+from verl_omni.trainer.separate_rollout import SeparateRollout
+from verl_omni.trainer.staleness import GroupConsumer, assemble_batch, importance_weights
 
 __all__ = ["FlowGRPOTrainer", "WeightSyncError"]
 
@@ -67,6 +68,10 @@ class FlowGRPOTrainer:
       and pinned for every request of the step; the last start is checkpointed and checked on resume.
     * Colocated rollout: the servers sleep while the actor trains and wake for the weight sync
       (`rollout.free_cache_engine`; false keeps them awake).
+    * Separate rollout (`trainer.mode: separate`): the servers on a pool of their own generate ahead into a bounded
+      queue of versioned groups (`SeparateRollout`); steps 1-3 take a step's groups from it, dropping those more than
+      `trainer.separate.max_off_policy_threshold` versions old (`GroupConsumer`); the weights are pushed every
+      `trainer.separate.parameter_sync_step` steps, between two requests; `rollout_is: token` weights stale groups.
     * Reward model: `reward.reward_model.enable` serves a vision-language model on verl-core rollout servers that
       reward functions query (`reward_router_address`); colocated servers wake for each reward phase and sleep
       after it (`reward.reward_model.rollout.free_cache_engine`); a server that dies stops the run, naming it.
@@ -119,11 +124,12 @@ class FlowGRPOTrainer:
         self.window_start: int | None = None  # the SDE window start of `self.step` (None: no window, or no step yet)
         self.weight_version = 0
         self._served_weights_checked = False  # `trainer.check_served_weights`: once per run, after the first sync
+        self.separate: SeparateRollout | None = None  # `trainer.mode: separate`: the producer (built by `setup`)
+        self.consumer: GroupConsumer | None = None
         self.history: list[dict[str, float]] = []
         self.val_images: dict[int, torch.Tensor] = {}
         self.c: TrainerComponents | None = None
         self._progress = None
-        self._flops: StageFlops | None = None
 
     # ---- setup --------------------------------------------------------------------------------------------
 
@@ -137,7 +143,6 @@ class FlowGRPOTrainer:
         """
         self.c = components
         trainer = self.config.trainer
-        self._flops = StageFlops.for_config(self.config, components.device)  # perf/flops/*, perf/mfu/*
         needs_val = trainer.val_before_train or trainer.val_only or trainer.test_freq > 0
         if needs_val and not components.val_records:
             logger.warning("no validation prompts (data.val_files): validation is skipped")
@@ -152,6 +157,8 @@ class FlowGRPOTrainer:
             logger.info("resumed from %s (step %d)", path, self.step)
             # the servers start from the base weights: give them the resumed policy before the first rollout
             self._sync_weights(self.step)
+        if trainer.mode == "separate" and not trainer.val_only:
+            self._start_separate()
         components.tracker.begin(self.step)  # metrics.jsonl holds this run's history only
         begin_val_images(pathlib.Path(trainer.run_dir), self.step)  # and val_images/ likewise
 
@@ -175,15 +182,21 @@ class FlowGRPOTrainer:
             timing: dict[str, float] = {}
             metrics: dict[str, float] = {}
             with _timer(timing, "step"):
-                # 1. prompts: the next batch from the seeded, resumable sampler
-                records = c.prompts.next_batch()
+                if self.separate is None:
+                    # 1. prompts: the next batch from the seeded, resumable sampler
+                    records = c.prompts.next_batch()
 
-                # 2. rollout: n images per prompt, one SDE window for the whole step
-                sampling, start = self._step_sampling(step)
-                self.window_start = start if self.window else None
-                # 3. the rollout sleeps: the actor gets the devices; 4. reward: one scalar per image (`reward.stream`:
-                #    each group scored as soon as it is generated, joined in batch order)
-                batch, scored = self._generate_and_score(records, sampling, step, timing, metrics)
+                    # 2. rollout: n images per prompt, one SDE window for the whole step
+                    sampling, start = self._step_sampling(step)
+                    self.window_start = start if self.window else None
+                    # 3. the rollout sleeps: the actor gets the devices; 4. reward: one scalar per image
+                    #    (`reward.stream`: each group scored as soon as it is generated, joined in batch order)
+                    batch, scored = self._generate_and_score(records, sampling, step, timing, metrics)
+                else:
+                    # 1-3. separate: the step's groups from the rollout's queue, none staler than the threshold;
+                    #    4. reward
+                    records, batch, start = self._take_groups(timing, metrics)
+                    batch, scored = self._score(records, batch, step, timing)
                 rewards, reward_metrics = scored.scores, scored.metrics()
 
                 # 4b. DanceGRPO: each sample trains a random subset of its stored SDE steps (timestep_fraction < 1)
@@ -217,6 +230,9 @@ class FlowGRPOTrainer:
                     with _timer(timing, "old_log_prob"):
                         batch.update(torch.cat(c.actor.run_split("compute_log_prob", batch)))  # + old means
                     metrics.update(self._peak_memory("old_log_prob"))
+                if self.separate is not None and "old_log_probs" in batch.keys():  # noqa: SIM118 - a TensorDict
+                    # 6b. separate: the log-prob gap per lag; `rollout_is`: the truncated IS weights of stale groups
+                    metrics.update(self._correct_staleness(batch))
 
                 # 7. reference transition means for the KL term
                 if self.use_kl:
@@ -235,8 +251,14 @@ class FlowGRPOTrainer:
                     metrics.update(c.actor.call("refresh_old_policy", decay)[0])  # θ_old ← d·θ_old + (1 − d)·θ
 
                 # 9. weight sync: the rollout wakes, actor rank 0 streams the new weights to every server
+                #    (separate: every `parameter_sync_step` steps, between two of the rollout's requests)
                 with _timer(timing, "update_weights"):
-                    metrics.update(self._sync_weights(step))
+                    if self.separate is None:
+                        metrics.update(self._sync_weights(step))
+                    elif step % self.config.trainer.separate.parameter_sync_step == 0:
+                        with self.separate.pause():
+                            metrics.update(self._sync_weights(step))
+                            self.separate.set_version(step)
 
             # 10. validation
             if trainer.test_freq > 0 and (step % trainer.test_freq == 0 or step == c.total_steps):
@@ -251,6 +273,9 @@ class FlowGRPOTrainer:
 
             # 12. metrics
             metrics.update(self._step_metrics(batch, rewards, reward_metrics, start, timing, step))
+            if self.separate is not None:
+                metrics["async/actor_idle_frac"] = timing.get("queue_wait", 0.0) / timing["step"]
+                metrics.update(self.separate.idle_metrics())
             self.history.append(metrics)
             c.tracker.log(metrics, step)
             progress.update(1)
@@ -299,6 +324,65 @@ class FlowGRPOTrainer:
             scored = c.reward.score_records(batch["images"], per_sample, step=step)
         timing["reward"] = timing["reward_exposed"]
         return batch, scored
+
+    def _start_separate(self) -> None:
+        """`trainer.mode: separate`: start the producer on the rollout's pool, from the step after `self.step`."""
+        c, sep = self._components(), self.config.trainer.separate
+        queue_size = sep.queue_size or self.config.data.train_batch_size * (sep.max_off_policy_threshold + 1)
+
+        def plan(index: int) -> tuple[DiffusionSamplingConfig, int, int]:  # the colocated step's sampling and seed
+            sampling, start = self._step_sampling(index)
+            return sampling, start, self.seed + index * _STEP_SEED_STRIDE
+
+        self.separate = SeparateRollout(
+            c.rollout, c.prompts, plan, threshold=sep.max_off_policy_threshold, queue_size=queue_size,
+            version=self.weight_version, first_batch=self.step + 1,
+        )  # fmt: skip
+        self.consumer = GroupConsumer(
+            self.separate.queue, sep.max_off_policy_threshold, sep.queue_timeout_s, self.separate.check,
+            self.separate.describe,
+        )  # fmt: skip
+        self.separate.start()
+
+    def _take_groups(self, timing: dict, metrics: dict) -> tuple[list, TensorDict, int]:
+        """Separate steps 1-3: `data.train_batch_size` groups of lag <= threshold (`GroupConsumer.take`)."""
+        separate, consumer = self.separate, self.consumer
+        if separate is None or consumer is None:
+            raise RuntimeError("FlowGRPOTrainer: trainer.mode=separate without a started producer")
+        metrics["async/queue_depth_before"] = float(separate.queue.qsize())
+        groups, queue_metrics = consumer.take(self.config.data.train_batch_size, self.weight_version)
+        timing["queue_wait"] = queue_metrics.pop("timing_s/queue_wait")
+        metrics.update(queue_metrics)
+        states = [g.sampler_state for g in groups if g.sampler_state is not None]
+        if states:
+            separate.sampler_state = states[-1]
+        start = groups[-1].window_start
+        self.window_start = start if self.window else None
+        records, batch = assemble_batch(groups, self.weight_version)
+        return records, batch, start
+
+    def _score(self, records: list, batch: TensorDict, step: int, timing: dict) -> tuple[TensorDict, RewardOutput]:
+        """Separate step 4: the rewards of the step's groups (the reward model awake through it)."""
+        c = self._components()
+        per_sample = [records[int(i)] for i in batch["prompt_index"]]
+        with _timer(timing, "reward"), self._reward_model_awake(f"the reward of step {step}"):
+            scored = c.reward.score_records(batch["images"], per_sample, step=step)
+        return batch, scored
+
+    def _correct_staleness(self, batch: TensorDict) -> dict[str, float]:
+        """Separate step 6b: the gap per lag; with `rollout_is`, advantages weighted by the truncated IS weights.
+
+        The weights multiply the advantages (before the loss's `adv_clip_max` clamp); the clipped ratio then runs
+        against the recomputed (proximal) log-probs. Rows of lag 0 weigh exactly 1.
+        """
+        correction = self.config.algorithm.rollout_correction
+        threshold = correction.rollout_is_threshold if correction.rollout_is is not None else None
+        metrics = importance_weights(batch, threshold)
+        if threshold is not None:
+            weights = batch["rollout_is_weights"]
+            adv = batch["advantages"]
+            batch["advantages"] = (adv.unsqueeze(1) if adv.ndim == 1 else adv) * weights.to(adv.device, adv.dtype)
+        return metrics
 
     def _prepare_clean_batch(self, batch: TensorDict, step: int) -> None:
         """A loss on clean samples: advantages after `algorithm.adv_mode`, and each row's trained timesteps.
@@ -469,7 +553,8 @@ class FlowGRPOTrainer:
         base = val_seed if val_seed is not None else self.seed + _VAL_SEED_OFFSET
         for chunk in iter_batches(c.val_records, data.val_batch_size):
             seed = base + offset * self.val_sampling.n
-            batch = c.rollout.generate(chunk, self.val_sampling, seed=seed)
+            with self.separate.pause() if self.separate is not None else contextlib.nullcontext():
+                batch = c.rollout.generate(chunk, self.val_sampling, seed=seed)
             per_sample = [chunk[int(i)] for i in batch["prompt_index"]]
             images.append(batch["images"])
             with self._reward_model_awake(f"the validation reward at step {step}"):
@@ -492,8 +577,9 @@ class FlowGRPOTrainer:
         c = self._components()
         state = {
             "step": self.step,
-            "sampler": c.prompts.state_dict(),
-            "weight_version": self.weight_version,
+            # separate: the sampler runs ahead; resume after the last batch trained (the queue is regenerated)
+            "sampler": c.prompts.state_dict() if self.separate is None else self.separate.sampler_state,
+            "weight_version": self.weight_version,  # what the servers hold; separate: no group is ever newer
             "sde_window_start": self.window_start,  # MixGRPO's window position at this step (None: no window)
             "run": run_signature(self.config),  # a resume must match these settings (`CheckpointManager.check_resume`)
         }
@@ -541,8 +627,6 @@ class FlowGRPOTrainer:
         for key in ("gen", "reward", "old_log_prob", "ref", "update_actor"):
             if key in timing:
                 metrics[f"timing_per_image_ms/{key}"] = 1000 * timing[key] / images
-        if self._flops is not None:
-            metrics.update(self._flops.metrics(batch, timing))
         return metrics
 
     # ---- cleanup ------------------------------------------------------------------------------------------
@@ -552,6 +636,9 @@ class FlowGRPOTrainer:
         if self._progress is not None:
             self._progress.close()  # ends the bar's line: what follows starts on its own
             self._progress = None
+        if self.separate is not None:
+            self.separate.stop()  # before the servers go: the thread ends after its request in flight
+            self.separate = None
         c, self.c = self.c, None
         if c is None:
             return

@@ -2,6 +2,8 @@
 
 In colocated mode an actor rank and a rollout server share their bundle: each takes half of its CPU and GPU
 (fractional resources), so both land on the same device.
+In `trainer.mode: separate` the rollout servers get a pool of their own (`actor_rollout_ref.rollout.nnodes` x
+`n_gpus_per_node` bundles), one whole bundle each.
 """
 
 from __future__ import annotations
@@ -65,11 +67,17 @@ class ResourcePool:
     Args:
         config (`DiffusionTrainerConfig`): nodes, ranks per node, device, start-up timeout.
         use_gpu (`bool`): bundles of one GPU (and one CPU) each, else one CPU each.
+        prefix (`str`, *optional*, defaults to `"trainer"`): whose `nnodes` / `n_gpus_per_node` size the pool:
+            `"trainer"` (the actor ranks) or `"actor_rollout_ref.rollout"` (the rollout's own pool in
+            `trainer.mode: separate`).
     """
 
-    def __init__(self, config: DiffusionTrainerConfig, use_gpu: bool) -> None:
+    def __init__(self, config: DiffusionTrainerConfig, use_gpu: bool, *, prefix: str = "trainer") -> None:
         self.config = config
         self.use_gpu = use_gpu
+        self.prefix = prefix
+        owner = config.trainer if prefix == "trainer" else config.actor_rollout_ref.rollout
+        self.nnodes, self.per_node = owner.nnodes, owner.n_gpus_per_node
         self.groups: list[Any] = []
         self.slots: list[Slot] = []
 
@@ -85,8 +93,8 @@ class ResourcePool:
 
         trainer = self.config.trainer
         bundle = {"CPU": 1, "GPU": 1} if self.use_gpu else {"CPU": 1}
-        for _node in range(trainer.nnodes):
-            pg = placement_group([dict(bundle) for _ in range(trainer.n_gpus_per_node)], strategy="STRICT_PACK")
+        for _node in range(self.nnodes):
+            pg = placement_group([dict(bundle) for _ in range(self.per_node)], strategy="STRICT_PACK")
             self.groups.append(pg)
         timeout = trainer.ray_wait_register_center_timeout
         ready, _ = ray.wait([pg.ready() for pg in self.groups], num_returns=len(self.groups), timeout=timeout)
@@ -95,11 +103,11 @@ class ResourcePool:
             nodes = len([n for n in ray.nodes() if n.get("Alive")])
             self.remove()
             raise TimeoutError(
-                f"trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node} bundles of "
+                f"{self.prefix}.nnodes={self.nnodes} x {self.prefix}.n_gpus_per_node={self.per_node} bundles of "
                 f"{bundle} (one node each group) could not be placed within {timeout} s "
                 f"(trainer.ray_wait_register_center_timeout); the cluster has {nodes} node(s) with {have}"
             )
-        self.slots = [Slot(pg, i, node) for node, pg in enumerate(self.groups) for i in range(trainer.n_gpus_per_node)]
+        self.slots = [Slot(pg, i, node) for node, pg in enumerate(self.groups) for i in range(self.per_node)]
         return self.slots
 
     def options(self, slot: Slot, *, share: float = COLOCATED_SHARE) -> dict[str, Any]:
