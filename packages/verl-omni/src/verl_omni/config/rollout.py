@@ -3,7 +3,8 @@
 Key names follow verl-omni's `diffusion_trainer` schema (flat list in ref/legacy_keys/): `n`, `dtype`,
 `pipeline.*`, `algo.*`, `val_kwargs.*`, `external_lib`, `agent.default_agent_loop`, plus verl-core's server keys
 (timeouts, limits, binding, sleep level, engine sizing). Keys of features this project does not have (video
-`num_frames` / `frame_rate`, `aspect_ratio`, non-contiguous windows, LLM sampling) are not accepted.
+`frame_rate` / `video_flow_shift`, `aspect_ratio`, non-contiguous windows, LLM sampling) are not accepted;
+`pipeline.num_frames` is (video models: Wan).
 `sampling_config(model)` and `val_sampling_config(model)` turn it into the `DiffusionSamplingConfig` of one
 training or validation generate call.
 """
@@ -32,8 +33,17 @@ __all__ = [
 ]
 
 #: which pipeline key carries the CFG weight of each model (see `DiffusionRolloutConfig.sampling_config`)
-GUIDANCE_KEY = {"qwen_image": "true_cfg_scale", "sd3": "guidance_scale", "flux": "guidance_scale"}
-_GUIDANCE_WHAT = {"sd3": "SD3's CFG weight", "flux": "FLUX's distilled guidance (its guidance embedding)"}
+GUIDANCE_KEY = {
+    "qwen_image": "true_cfg_scale",
+    "sd3": "guidance_scale",
+    "flux": "guidance_scale",
+    "wan": "guidance_scale",
+}
+_GUIDANCE_WHAT = {
+    "sd3": "SD3's CFG weight",
+    "flux": "FLUX's distilled guidance (its guidance embedding)",
+    "wan": "Wan's CFG weight",
+}
 
 
 @dataclasses.dataclass
@@ -44,6 +54,7 @@ class DiffusionPipelineConfig(BaseConfig):
         height (`int`): image height in pixels.
         width (`int`): image width in pixels.
         num_inference_steps (`int`): denoising steps N.
+        num_frames (`int`): frames per sample; 1 for image models, `4k + 1` for Wan videos (81 in its recipes).
         true_cfg_scale (`float`): Qwen-Image's true CFG weight (norm-rescaled); 1 disables it.
         max_sequence_length (`int`): text tokens the prompt embeddings are padded to.
         guidance_scale (`float`, *optional*): SD3's CFG weight, or FLUX's distilled guidance (the value of its
@@ -55,6 +66,7 @@ class DiffusionPipelineConfig(BaseConfig):
     height: int = 512
     width: int = 512
     num_inference_steps: int = 10
+    num_frames: int = 1
     true_cfg_scale: float = 1.0
     max_sequence_length: int = 512
     guidance_scale: float | None = None
@@ -64,6 +76,7 @@ class DiffusionPipelineConfig(BaseConfig):
         self._require("height", self.height >= 16, "an int >= 16")
         self._require("width", self.width >= 16, "an int >= 16")
         self._require("num_inference_steps", self.num_inference_steps >= 1, "an int >= 1")
+        self._require("num_frames", self.num_frames >= 1, "an int >= 1 (1 for image models)")
         self._require("true_cfg_scale", self.true_cfg_scale >= 0, "a float >= 0")
         self._require("max_sequence_length", 1 <= self.max_sequence_length <= 1024, "an int in [1, 1024]")
         self._require("guidance_scale", self.guidance_scale is None or self.guidance_scale >= 0, "null or >= 0")
@@ -121,6 +134,7 @@ class DiffusionValPipelineConfig(BaseConfig):
     height: int | None = None
     width: int | None = None
     num_inference_steps: int | None = 50
+    num_frames: int | None = None
     true_cfg_scale: float | None = None
     max_sequence_length: int | None = None
     guidance_scale: float | None = None
@@ -328,6 +342,7 @@ def _sampling(
         "num_inference_steps": pipeline["num_inference_steps"],
         "height": pipeline["height"],
         "width": pipeline["width"],
+        "num_frames": pipeline["num_frames"],
         "max_sequence_length": pipeline["max_sequence_length"],
         "guidance_scale": float(scale),
         "noise_level": algo["noise_level"],
