@@ -81,6 +81,7 @@ def test_validation_sampling_takes_val_kwargs_over_the_training_keys():
         pytest.param("sd3", {"guidance_scale": 4.5, "true_cfg_scale": 1.0}, 4.5, id="sd3-cfg"),
         pytest.param("sd3", {"guidance_scale": None, "true_cfg_scale": 1.0}, 1.0, id="sd3-null-is-off"),
         pytest.param("flux", {"guidance_scale": 3.5, "true_cfg_scale": 1.0}, 3.5, id="flux-distilled-guidance"),
+        pytest.param("wan", {"guidance_scale": 5.0, "true_cfg_scale": 1.0}, 5.0, id="wan-cfg"),
         pytest.param(None, {"guidance_scale": 3.0, "true_cfg_scale": 1.0}, 3.0, id="other-guidance"),
         pytest.param(None, {"guidance_scale": None, "true_cfg_scale": 2.0}, 2.0, id="other-true-cfg"),
     ],
@@ -111,7 +112,7 @@ def test_the_other_models_guidance_key_is_refused(model, pipeline, key):
 @pytest.mark.parametrize(
     ("dotted", "error", "needle"),
     [
-        pytest.param({"pipeline__num_frames": 1}, ConfigKeyError, "pipeline.num_frames", id="video-key"),
+        pytest.param({"pipeline__frame_rate": 24.0}, ConfigKeyError, "pipeline.frame_rate", id="video-key"),
         pytest.param({"algo__sde_windw_size": 2}, ConfigKeyError, "Did you mean 'sde_window_size'", id="typo"),
         pytest.param({"temperature": 1.0}, ConfigKeyError, "temperature", id="llm-key"),
         pytest.param({"algo__sample_strategy": "decay"}, ConfigError, "sample_strategy", id="unknown-strategy"),
@@ -147,3 +148,12 @@ def test_with_model_fills_the_model_path_and_dtype_aliases_resolve():
     config = DiffusionRolloutConfig(dtype="bf16").with_model("/models/qwen")
     assert config.model.path == "/models/qwen" and str(config.torch_dtype) == "torch.bfloat16"
     assert DiffusionRolloutConfig().model is None
+
+
+def test_num_frames_reaches_training_and_validation_sampling():
+    config = DiffusionRolloutConfig(pipeline={"num_frames": 81})
+    assert config.sampling_config("wan").num_frames == 81 and config.val_sampling_config("wan").num_frames == 81
+    assert DiffusionRolloutConfig(val_kwargs={"pipeline": {"num_frames": 5}}).val_sampling_config("wan").num_frames == 5
+    assert DiffusionRolloutConfig().sampling_config("qwen_image").num_frames == 1
+    with pytest.raises(ConfigValueError, match=r"pipeline\.num_frames.*an int >= 1"):
+        DiffusionRolloutConfig(pipeline={"num_frames": 0})
