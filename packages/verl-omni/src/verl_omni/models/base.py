@@ -98,6 +98,10 @@ class DiffusionModelBase(abc.ABC):
     pipeline_class_names: ClassVar[tuple[str, ...]] = ()
     cond_keys: ClassVar[tuple[str, ...]] = ()
     negative_cond_keys: ClassVar[tuple[str, ...]] = ()
+    #: the longest prompt in text-encoder tokens the stock pipeline accepts (`None`: not checked by the adapter)
+    max_prompt_tokens: ClassVar[int | None] = None
+    #: the prompt encoder as `check_max_sequence_length` names it, e.g. "FLUX's T5"
+    prompt_encoder: ClassVar[str] = "the text encoder"
 
     def __init__(self, transformer_config: dict, vae_config: dict, scheduler_config: dict) -> None:
         self.transformer_config = dict(transformer_config)
@@ -170,6 +174,37 @@ class DiffusionModelBase(abc.ABC):
         """Decode final latents to uint8 images `(B, 3, height, width)`."""
 
     # ---- shared helpers -------------------------------------------------------------------------------------
+
+    def check_max_sequence_length(self, max_sequence_length: int) -> None:
+        """Refuse a prompt length the stock pipeline refuses (above `max_prompt_tokens`).
+
+        Raises:
+            ValueError: `max_sequence_length` is above `max_prompt_tokens`; the message names the key to lower.
+        """
+        limit = self.max_prompt_tokens
+        if limit is not None and max_sequence_length > limit:
+            raise ValueError(
+                f"max_sequence_length: {self.prompt_encoder} prompts take at most {limit} tokens, got "
+                f"{max_sequence_length}; lower pipeline.max_sequence_length"
+            )
+
+    @staticmethod
+    def prompt_batch(
+        positive: dict[str, torch.Tensor], negative: dict[str, torch.Tensor] | None, batch_size: int, device: Any
+    ) -> TensorDict:
+        """The `encode_prompts` TensorDict of `batch_size` prompts.
+
+        Args:
+            positive (`dict[str, torch.Tensor]`): the prompts' embeddings under their `cond_keys`.
+            negative (`dict[str, torch.Tensor]`, *optional*): with CFG, the negative prompt's embeddings under the
+                same keys; stored as `negative_<key>` (the `negative_cond_keys`), after the positive ones.
+            batch_size (`int`): `len(prompts)`.
+            device (`torch.device` or `str`): the TensorDict's device.
+        """
+        out = dict(positive)
+        if negative is not None:
+            out.update({f"negative_{key}": value for key, value in negative.items()})
+        return TensorDict(out, batch_size=[batch_size], device=device)
 
     def prepare_latents(
         self,

@@ -34,6 +34,8 @@ class FluxAdapter(DiffusionModelBase):
     pipeline_class_names = ("FluxPipeline", "FluxPipelineWithLogProb")
     cond_keys = ("prompt_embeds", "pooled_prompt_embeds")
     negative_cond_keys = ()
+    max_prompt_tokens = MAX_SEQUENCE_LENGTH
+    prompt_encoder = "FLUX's T5"
 
     @property
     def vae_scale_factor(self) -> int:
@@ -105,18 +107,12 @@ class FluxAdapter(DiffusionModelBase):
         Raises:
             ValueError: `max_sequence_length` above 512 (the stock pipeline's limit).
         """
-        if max_sequence_length > MAX_SEQUENCE_LENGTH:
-            raise ValueError(
-                f"max_sequence_length: FLUX's T5 prompts take at most {MAX_SEQUENCE_LENGTH} tokens, got "
-                f"{max_sequence_length}; lower pipeline.max_sequence_length"
-            )
+        self.check_max_sequence_length(max_sequence_length)
         embeds, pooled, _ = pipe.encode_prompt(
             prompt=prompts, prompt_2=None, device=device, num_images_per_prompt=1,
             max_sequence_length=max_sequence_length,
         )  # fmt: skip
-        return TensorDict(
-            {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}, batch_size=[len(prompts)], device=device
-        )
+        return self.prompt_batch({"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}, None, len(prompts), device)
 
     def position_ids(self, height: int, width: int, text_len: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """`(img_ids (L, 3), txt_ids (S, 3))` float32: image tokens `(0, row, col)`, text tokens zero."""

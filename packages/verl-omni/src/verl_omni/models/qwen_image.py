@@ -83,14 +83,13 @@ class QwenImageAdapter(DiffusionModelBase):
         device: Any,
     ) -> TensorDict:
         """`prompt_embeds` `(B, S, D)` and `prompt_embeds_mask` `(B, S)` int64, padded to S = max_sequence_length."""
-        out = {}
         embeds, mask = self._encode(pipe, prompts, max_sequence_length, device)
-        out["prompt_embeds"], out["prompt_embeds_mask"] = embeds, mask
+        negative = None
         if do_cfg:
             negative_prompt = " " if negative_prompt is None else negative_prompt
             neg, neg_mask = self._encode(pipe, [negative_prompt] * len(prompts), max_sequence_length, device)
-            out["negative_prompt_embeds"], out["negative_prompt_embeds_mask"] = neg, neg_mask
-        return TensorDict(out, batch_size=[len(prompts)], device=device)
+            negative = {"prompt_embeds": neg, "prompt_embeds_mask": neg_mask}
+        return self.prompt_batch({"prompt_embeds": embeds, "prompt_embeds_mask": mask}, negative, len(prompts), device)
 
     @staticmethod
     def _encode(pipe: Any, prompts: list[str], length: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:

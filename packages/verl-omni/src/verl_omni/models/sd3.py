@@ -78,10 +78,8 @@ class SD3Adapter(DiffusionModelBase):
             negative_prompt=negative_prompt if negative_prompt is not None else "",
             max_sequence_length=max_sequence_length,
         )
-        out = {"prompt_embeds": pe, "pooled_prompt_embeds": pooled}
-        if do_cfg:
-            out["negative_prompt_embeds"], out["negative_pooled_prompt_embeds"] = npe, npooled
-        return TensorDict(out, batch_size=[len(prompts)], device=device)
+        negative = {"prompt_embeds": npe, "pooled_prompt_embeds": npooled} if do_cfg else None
+        return self.prompt_batch({"prompt_embeds": pe, "pooled_prompt_embeds": pooled}, negative, len(prompts), device)
 
     def velocity(
         self,

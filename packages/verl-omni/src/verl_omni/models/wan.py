@@ -51,6 +51,8 @@ class WanAdapter(DiffusionModelBase):
     pipeline_class_names = ("WanPipeline", "WanPipelineWithLogProb")
     cond_keys = ("prompt_embeds",)
     negative_cond_keys = ("negative_prompt_embeds",)
+    max_prompt_tokens = MAX_SEQUENCE_LENGTH
+    prompt_encoder = "Wan's UMT5"
     is_video = True
 
     @property
@@ -153,19 +155,13 @@ class WanAdapter(DiffusionModelBase):
             )
         if config.get("expand_timesteps"):
             raise ValueError("model: Wan 2.2 TI2V's per-token timesteps (expand_timesteps) are not supported")
-        if max_sequence_length > MAX_SEQUENCE_LENGTH:
-            raise ValueError(
-                f"max_sequence_length: Wan's UMT5 prompts take at most {MAX_SEQUENCE_LENGTH} tokens, got "
-                f"{max_sequence_length}; lower pipeline.max_sequence_length"
-            )
+        self.check_max_sequence_length(max_sequence_length)
         embeds, negative = pipe.encode_prompt(
             prompt=prompts, negative_prompt=negative_prompt or "", do_classifier_free_guidance=do_cfg,
             num_videos_per_prompt=1, max_sequence_length=max_sequence_length, device=device,
         )  # fmt: skip
-        cond = {"prompt_embeds": embeds}
-        if do_cfg:
-            cond["negative_prompt_embeds"] = negative
-        return TensorDict(cond, batch_size=[len(prompts)], device=device)
+        negative_cond = {"prompt_embeds": negative} if do_cfg else None
+        return self.prompt_batch({"prompt_embeds": embeds}, negative_cond, len(prompts), device)
 
     def velocity(
         self,
