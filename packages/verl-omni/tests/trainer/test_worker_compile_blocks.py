@@ -55,3 +55,72 @@ def test_ref_compile_blocks_compiles_the_frozen_reference_engine(tiny_qwen_image
     worker.init_engine("127.0.0.1", _free_port(20000, 30000))
     assert worker.ref_engine is not None and all(_compiled(worker.ref_engine))
     assert not any(_compiled(worker.engine))  # the actor's own key is still false
+
+
+def test_default_fsdp_settings_are_eager_and_resharded_on_the_cpu(
+    tiny_qwen_image_path, worker_env, caplog, monkeypatch
+):
+    # `compile_blocks: null` and `reshard_after_forward: null` (the defaults): no compile, reshard on the CPU
+    from tensordict import TensorDict
+
+    worker = _worker(tiny_qwen_image_path, [])
+    assert worker.actor_config.fsdp_config.compile_blocks is None
+    info = worker.init_engine("127.0.0.1", _free_port(20000, 30000))
+    assert info["compiled_blocks"] == 0 and not any(_compiled(worker.engine))
+    with caplog.at_level("INFO", logger="verl_omni.trainer.workers"):
+        worker._resolve_resharding(TensorDict({}, batch_size=[0]))
+        worker._resolve_resharding(TensorDict({}, batch_size=[0]))  # once per rank
+    choice = worker.reshard_choices["actor"]
+    assert choice.reshard_after_forward is True and "cpu device" in choice.reason
+    lines = [r.getMessage() for r in caplog.records if "reshard_after_forward" in r.getMessage()]
+    assert lines == ["rank 0 actor engine: reshard_after_forward=true (reshard): cpu device (params are resharded "
+                     "on the CPU / gloo)"]  # fmt: skip
+    # a "keep" choice (the CUDA rule, stood in) reaches every FSDP unit: no reshard after forward
+    from torch.distributed.fsdp import FSDPModule
+
+    from verl_omni.engine.auto_settings import ReshardChoice
+
+    monkeypatch.setattr("verl_omni.trainer.workers._reshard_choice", lambda *a, **k: ReshardChoice(False, "stand-in"))
+    worker.reshard_choices = {}
+    worker._resolve_resharding(TensorDict({}, batch_size=[0]))
+    units = [m for m in worker.engine.module.modules() if isinstance(m, FSDPModule)]
+    assert len(units) > 1
+    assert all(g.post_forward_mesh_info is None for m in units for g in m._get_fsdp_state()._fsdp_param_groups)
+
+
+def test_reshard_choice_on_cuda_weighs_model_micro_batch_and_free_memory(tiny_qwen_image_path, monkeypatch):
+    """The CUDA branch of the worker's rule with a stand-in engine (no GPU here): the numbers it reads."""
+    import types
+
+    import torch
+    from tensordict import TensorDict
+
+    from verl_omni.engine.auto_settings import activation_bytes
+    from verl_omni.models import adapter_for_folder
+    from verl_omni.trainer.workers import _reshard_choice
+
+    adapter = adapter_for_folder(tiny_qwen_image_path)
+    engine = types.SimpleNamespace(
+        device=torch.device("cuda", 0), module=torch.nn.Linear(4, 4), param_dtype=torch.bfloat16, adapter=adapter,
+        model_config=types.SimpleNamespace(enable_gradient_checkpointing=False), world_size=1,
+    )  # fmt: skip
+    rows = 4
+    batch = TensorDict({
+        "height": torch.full((rows,), 64), "width": torch.full((rows,), 64),  # 16 image tokens
+        "num_inference_steps": torch.full((rows,), 4),
+        "guidance_scale": torch.full((rows,), 4.0), "prompt_embeds": torch.zeros(rows, 9, 8),
+        "negative_prompt_embeds": torch.zeros(rows, 9, 8), "log_probs": torch.zeros(rows, 2),
+    }, batch_size=[rows])  # fmt: skip
+    overrides = [f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"]  # fmt: skip
+    actor = load_config(overrides, config_name="quickstart").actor_rollout_ref.actor
+    act = activation_bytes(adapter.transformer_config, tokens=16 + 9, samples=2 * 2, elem_bytes=2, checkpointing=False)
+    need = 20 * 2 + act + 20 * 4  # bf16 gathered Linear(4, 4), activations of 2 images x CFG, fp32 grads
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * need, 10 * need))
+    keep = _reshard_choice(engine, None, batch, actor, trains=True)
+    assert keep.reshard_after_forward is False
+    assert (keep.gathered_bytes, keep.activation_bytes, keep.grad_bytes, keep.free_bytes) == (40, act, 80, 2 * need)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * need - 1, 10 * need))
+    assert _reshard_choice(engine, None, batch, actor, trains=True).reshard_after_forward is True
+    frozen = _reshard_choice(engine, None, batch, actor, trains=False)  # the reference: no activations, no grads
+    assert (frozen.activation_bytes, frozen.grad_bytes) == (0, 0)

@@ -121,9 +121,15 @@ class FSDPEngineConfig(BaseConfig):
         param_offload (`bool`): keep params, grads and the optimizer step on the CPU (FSDP2 `CPUOffloadPolicy`).
         offload_policy (`bool`): same as `param_offload` (verl's FSDP2 name).
         optimizer_offload (`bool`): move AdamW state to the CPU between updates.
-        reshard_after_forward (`bool`): free gathered block params after forward (ZeRO-3) or keep them (ZeRO-2).
-        compile_blocks (`bool`): `torch.compile` each transformer block (`model.fsdp_layer_prefixes`) before
-            sharding; the first steps pay the compile time. Not verl's `use_torch_compile` (an LLM entropy kernel).
+        reshard_after_forward (`bool`, *optional*): free gathered block params after forward (true, ZeRO-3) or keep
+            them for the backward (false, ZeRO-2). null (default): chosen per rank before the first forward from the
+            free device memory: false when the gathered model, one micro-batch's activations and the gradients take
+            at most half of it on CUDA, else true; always true on the CPU (`verl_omni.engine.auto_settings`; the
+            choice and its numbers are logged).
+        compile_blocks (`bool`, *optional*): `torch.compile` each transformer block (`model.fsdp_layer_prefixes`)
+            before sharding; the first steps pay the compile time. null (default): on when the engine's device is
+            CUDA, off on the CPU, as the rollout's `engine_kwargs.diffusers.compile_blocks`. Not verl's
+            `use_torch_compile` (an LLM entropy kernel).
         fsdp_size (`int`): shard group size; -1 = all ranks (only -1 or the world size are supported).
         forward_prefetch (`bool`): accepted for compatibility; FSDP2 prefetches one block by default.
         forward_only (`bool`): build no optimizer (reference / log-prob-only engine).
@@ -140,8 +146,8 @@ class FSDPEngineConfig(BaseConfig):
     param_offload: bool = False
     offload_policy: bool = False
     optimizer_offload: bool = False
-    reshard_after_forward: bool = True
-    compile_blocks: bool = False
+    reshard_after_forward: bool | None = None
+    compile_blocks: bool | None = None
     fsdp_size: int = -1
     forward_prefetch: bool = False
     forward_only: bool = False

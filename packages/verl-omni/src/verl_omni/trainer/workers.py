@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,13 @@ from tensordict import TensorDict
 from verl_core.best_effort import best_effort
 from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
+from verl_omni.engine.auto_settings import (
+    ReshardChoice,
+    activation_bytes,
+    choose_reshard_after_forward,
+    resolve_compile_blocks,
+)
+from verl_omni.trainer.flops import batch_geometry
 from verl_omni.trainer.weight_push import WeightPusher
 
 __all__ = ["ActorGroup", "ActorWorker", "WorkerError"]
@@ -73,6 +81,7 @@ class ActorWorker:
         self.engine: Any = None
         self.ref_engine: Any = None
         self._pusher: WeightPusher | None = None  # rank 0: the weight-sync segment, reused step to step
+        self.reshard_choices: dict[str, ReshardChoice] = {}  # `fsdp_config.reshard_after_forward: null`, resolved
 
     # ---- start-up -----------------------------------------------------------------------------------------
 
@@ -103,7 +112,10 @@ class ActorWorker:
         ensure_process_group(device, timeout_s=float(self.nccl_timeout))
         kwargs = {"sde_type": self.sde_type, "cps_logprob": self.cps_logprob, "device": device}
         self.engine = DiffusersFSDPEngine.from_pretrained(
-            self.model_config, self.actor_config, compile_blocks=self.actor_config.fsdp_config.compile_blocks, **kwargs
+            self.model_config,
+            _built_resharding(self.actor_config),
+            compile_blocks=resolve_compile_blocks(self.actor_config.fsdp_config.compile_blocks, device.type),
+            **kwargs,
         )
         if self.ref_config is not None:
             ref_actor = DiffusionActorConfig(
@@ -116,7 +128,10 @@ class ActorWorker:
             )
             ref_model = self.model_config.evolve(lora_rank=0, lora_adapter_path=None)
             self.ref_engine = DiffusersFSDPEngine.from_pretrained(
-                ref_model, ref_actor, compile_blocks=ref_actor.fsdp_config.compile_blocks, **kwargs
+                ref_model,
+                _built_resharding(ref_actor),
+                compile_blocks=resolve_compile_blocks(ref_actor.fsdp_config.compile_blocks, device.type),
+                **kwargs,
             )
         return {
             "num_lora_modules": self.engine.num_lora_modules,
@@ -132,16 +147,37 @@ class ActorWorker:
 
         Also `old_prev_sample_mean` when the loss needs the old transition means (`grpo_guard`).
         """
+        self._resolve_resharding(batch)
         return self.engine.compute_log_prob(batch).to("cpu")
 
     def compute_ref(self, batch: TensorDict) -> TensorDict:
         """Reference `ref_log_probs` and `ref_prev_sample_mean` of this rank's share, on the CPU."""
+        self._resolve_resharding(batch)
         engine = self.ref_engine if self.ref_engine is not None else self.engine
         return engine.compute_ref_log_prob(batch).to("cpu")
 
     def update_policy(self, batch: TensorDict) -> dict[str, float]:
         """The FlowGRPO update on this rank's share; metrics are already averaged over ranks."""
+        self._resolve_resharding(batch)
         return self.engine.update_policy(batch)
+
+    def _resolve_resharding(self, batch: TensorDict) -> None:
+        """Resolve `reshard_after_forward: null` of each engine once, before its first forward, from this batch.
+
+        `verl_omni.engine.auto_settings` has the rule; the choice and the numbers are logged once per rank and kept in
+        `self.reshard_choices` (`actor`, `ref`).
+        """
+        if self.reshard_choices:
+            return
+        engines = {"actor": (self.engine, self.actor_config.fsdp_config.reshard_after_forward, True)}
+        if self.ref_engine is not None and self.ref_config is not None:
+            engines["ref"] = (self.ref_engine, self.ref_config.fsdp_config.reshard_after_forward, False)
+        for name, (engine, value, trains) in engines.items():
+            choice = _reshard_choice(engine, value, batch, self.actor_config, trains=trains)
+            if not choice.reshard_after_forward:
+                engine.module.set_reshard_after_forward(False)
+            self.reshard_choices[name] = choice
+            _log_info(f"rank {self.rank} {name} engine: {choice.describe()}")
 
     def refresh_old_policy(self, decay: float) -> dict[str, float]:
         """`θ_old ← decay·θ_old + (1 − decay)·θ` on this rank (a loss that reads the old velocity, DiffusionNFT)."""
@@ -258,6 +294,54 @@ class ActorWorker:
         peak = torch.cuda.max_memory_allocated() / 2**30
         torch.cuda.reset_peak_memory_stats()
         return peak
+
+
+def _log_info(line: str) -> None:
+    """`line` at INFO; in a Ray worker, where logging is not configured, on stderr (Ray forwards it to the driver)."""
+    if logging.getLogger().handlers or logger.handlers:
+        logger.info(line)
+    else:
+        print(f"INFO {__name__}: {line}", file=sys.stderr, flush=True)
+
+
+def _built_resharding(actor: DiffusionActorConfig) -> DiffusionActorConfig:
+    """`actor` with `fsdp_config.reshard_after_forward: null` built as true (resolved before the first forward)."""
+    if actor.fsdp_config.reshard_after_forward is not None:
+        return actor
+    return actor.evolve(fsdp_config=actor.fsdp_config.evolve(reshard_after_forward=True))
+
+
+def _reshard_choice(
+    engine: Any, value: bool | None, batch: TensorDict, actor: DiffusionActorConfig, *, trains: bool
+) -> ReshardChoice:
+    """`choose_reshard_after_forward` with this engine's model size, the batch's micro-batch and the free memory."""
+    device = engine.device
+    if value is not None or device.type != "cuda":
+        return choose_reshard_after_forward(value, device_type=device.type, free_bytes=None, gathered_bytes=0,
+                                            activation_bytes=0)  # fmt: skip
+    params = list(engine.module.parameters())
+    elem = torch.finfo(engine.param_dtype).bits // 8
+    activations = 0
+    if trains:
+        adapter = engine.adapter
+        g = batch_geometry(batch, adapter.name, adapter.transformer_config, adapter.vae_scale_factor)
+        micro = actor.ppo_micro_batch_size_per_gpu or g["rows"]
+        activations = activation_bytes(
+            adapter.transformer_config,
+            tokens=g["image_tokens"] + g["text_tokens"],
+            samples=min(micro, g["rows"]) * g["cfg"],
+            elem_bytes=elem,
+            checkpointing=engine.model_config.enable_gradient_checkpointing,
+        )
+    grads = sum(p.numel() for p in params if p.requires_grad) * 4 // max(engine.world_size, 1) if trains else 0
+    return choose_reshard_after_forward(
+        value,
+        device_type=device.type,
+        free_bytes=torch.cuda.mem_get_info(device)[0],
+        gathered_bytes=sum(p.numel() for p in params) * elem,
+        activation_bytes=activations,
+        grad_bytes=grads,
+    )
 
 
 def _compiled_blocks(engine: Any) -> int:

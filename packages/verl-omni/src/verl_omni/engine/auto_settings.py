@@ -1,0 +1,118 @@
+"""The fast path by default: what `fsdp_config.compile_blocks: null` and `reshard_after_forward: null` resolve to.
+
+`compile_blocks: null` compiles the transformer blocks on CUDA and not on the CPU, as the `diffusers` rollout does
+(`engine_kwargs.diffusers.compile_blocks`): the compile costs tens of seconds once and pays back within a few steps
+of a real model, while a tiny CPU model never earns it back.
+
+`reshard_after_forward: null` keeps the gathered (unsharded) block parameters between a micro-batch's forward and
+its backward (FSDP2 `reshard_after_forward=False`: no second all-gather in the backward) when that fits comfortably
+in the device's free memory, measured just before the engine's first forward:
+
+    keep  iff  device is CUDA  and  gathered + activations + gradients <= KEEP_BUDGET (0.5) x free
+
+with `gathered` the whole model in the compute dtype (every block held at once instead of one at a time),
+`activations` what one micro-batch saves for its backward (`activation_bytes`: 34 bytes per token, hidden unit and
+layer in bf16, the usual estimate for a transformer layer with a fused attention kernel; the block inputs only with
+gradient checkpointing) and `gradients` the sharded fp32 gradients of full fine-tuning (0 with LoRA). Half the free
+memory leaves room for the allocator's fragmentation, the optimizer step and the rollout waking up. On the CPU
+(gloo), or when the free memory is unknown, it reshards (True). An explicit true/false always decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "KEEP_BUDGET",
+    "ReshardChoice",
+    "activation_bytes",
+    "choose_reshard_after_forward",
+    "resolve_compile_blocks",
+]
+
+KEEP_BUDGET = 0.5
+"""Fraction of the free device memory that the gathered model, activations and gradients may take to keep params."""
+
+_GIB = 2**30
+
+
+def resolve_compile_blocks(value: bool | None, device_type: str) -> bool:
+    """`fsdp_config.compile_blocks`: an explicit value, else True on CUDA and False elsewhere."""
+    return value if value is not None else device_type == "cuda"
+
+
+def activation_bytes(
+    transformer_config: Mapping[str, Any], *, tokens: int, samples: int, elem_bytes: int, checkpointing: bool
+) -> int:
+    """Bytes one micro-batch of `samples` sequences of `tokens` tokens saves for the backward (an estimate).
+
+    34 bytes per token, hidden unit and layer in 16-bit (17 elements); with gradient checkpointing only each block's
+    input is kept (1 element) plus one block's full set during its recompute. FLUX's single-stream blocks count as
+    layers.
+    """
+    width = int(transformer_config["num_attention_heads"]) * int(transformer_config["attention_head_dim"])
+    layers = int(transformer_config.get("num_layers", 0)) + int(transformer_config.get("num_single_layers", 0))
+    per_layer = tokens * samples * width * elem_bytes
+    return per_layer * (layers + 17) if checkpointing else per_layer * 17 * layers
+
+
+@dataclasses.dataclass(frozen=True)
+class ReshardChoice:
+    """The resolved `reshard_after_forward` and the numbers it was chosen from (None where not measured)."""
+
+    reshard_after_forward: bool
+    reason: str
+    free_bytes: int | None = None
+    gathered_bytes: int | None = None
+    activation_bytes: int | None = None
+    grad_bytes: int | None = None
+
+    def describe(self) -> str:
+        """One log line: the choice, why, and the memory figures in GiB."""
+        figures = [
+            f"{name} {value / _GIB:.2f} GiB"
+            for name, value in (("free", self.free_bytes), ("gathered model", self.gathered_bytes),
+                                ("micro-batch activations", self.activation_bytes), ("gradients", self.grad_bytes))
+            if value is not None
+        ]  # fmt: skip
+        keep = "true (reshard)" if self.reshard_after_forward else "false (keep gathered params)"
+        return f"reshard_after_forward={keep}: {self.reason}" + (f" [{', '.join(figures)}]" if figures else "")
+
+
+def choose_reshard_after_forward(
+    value: bool | None,
+    *,
+    device_type: str,
+    free_bytes: int | None,
+    gathered_bytes: int,
+    activation_bytes: int,
+    grad_bytes: int = 0,
+    budget: float = KEEP_BUDGET,
+) -> ReshardChoice:
+    """Resolve `fsdp_config.reshard_after_forward` (see the module docstring for the rule).
+
+    Args:
+        value (`bool`, *optional*): the configured value; true/false decide, None applies the rule.
+        device_type (`str`): the engine's device type (`"cuda"`, `"cpu"`).
+        free_bytes (`int`, *optional*): free device memory now (None: unknown).
+        gathered_bytes (`int`): the whole model in the compute dtype.
+        activation_bytes (`int`): one micro-batch's saved activations (`activation_bytes`; 0 for forward-only).
+        grad_bytes (`int`, *optional*, defaults to `0`): this rank's gradients.
+        budget (`float`, *optional*, defaults to `KEEP_BUDGET`): fraction of `free_bytes` they may take.
+
+    Returns:
+        `ReshardChoice`.
+    """
+    if value is not None:
+        return ReshardChoice(value, "set in the config")
+    if device_type != "cuda":
+        return ReshardChoice(True, f"{device_type} device (params are resharded on the CPU / gloo)")
+    if not free_bytes or free_bytes <= 0:
+        return ReshardChoice(True, "free device memory unknown")
+    need = gathered_bytes + activation_bytes + grad_bytes
+    keep = need <= budget * free_bytes
+    verdict = "fits" if keep else "does not fit"
+    reason = f"gathered model + activations + gradients {verdict} in {budget:.0%} of the free memory"
+    return ReshardChoice(not keep, reason, free_bytes, gathered_bytes, activation_bytes, grad_bytes)

@@ -1,0 +1,52 @@
+"""`verl_omni.engine.auto_settings`: what `compile_blocks: null` and `reshard_after_forward: null` resolve to."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_omni.engine.auto_settings import (
+    activation_bytes,
+    choose_reshard_after_forward,
+    resolve_compile_blocks,
+)
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(("value", "device", "expected"), [
+    (None, "cuda", True), (None, "cpu", False), (False, "cuda", False), (True, "cpu", True),
+])  # fmt: skip
+def test_resolve_compile_blocks_is_on_for_cuda_unless_set(value, device, expected):
+    assert resolve_compile_blocks(value, device) is expected
+
+
+def _choose(value=None, device="cuda", free=100 * GIB, gathered=10 * GIB, act=30 * GIB, grads=0):
+    return choose_reshard_after_forward(value, device_type=device, free_bytes=free, gathered_bytes=gathered,
+                                        activation_bytes=act, grad_bytes=grads)  # fmt: skip
+
+
+def test_reshard_auto_keeps_params_when_half_the_free_memory_holds_them():
+    keep = _choose()  # 10 + 30 = 40 GiB <= 50 GiB
+    assert keep.reshard_after_forward is False and "fits" in keep.reason
+    assert "free 100.00 GiB" in keep.describe() and "gathered model 10.00 GiB" in keep.describe()
+    edge = _choose(gathered=10 * GIB, act=30 * GIB, grads=10 * GIB)  # exactly 50 GiB: still kept
+    assert edge.reshard_after_forward is False
+    tight = _choose(grads=10 * GIB + 1)  # one byte over half
+    assert tight.reshard_after_forward is True and "does not fit" in tight.reason
+
+
+def test_reshard_auto_is_true_on_the_cpu_or_when_unsure_and_an_explicit_value_decides():
+    assert _choose(device="cpu").reshard_after_forward is True
+    assert _choose(free=None).reshard_after_forward is True
+    assert _choose(free=0).reshard_after_forward is True
+    assert _choose(value=True, free=1000 * GIB).reshard_after_forward is True  # explicit: the memory is not read
+    assert _choose(value=False, device="cpu").reshard_after_forward is False
+    assert _choose(value=False).reason == "set in the config"
+
+
+def test_activation_bytes_by_hand():
+    cfg = {"num_attention_heads": 2, "attention_head_dim": 8, "num_layers": 3, "num_single_layers": 1}
+    # 10 tokens x 4 samples x width 16 x 2 bytes = 1280 bytes per layer-element; 17 elements x 4 layers
+    assert activation_bytes(cfg, tokens=10, samples=4, elem_bytes=2, checkpointing=False) == 1280 * 17 * 4
+    # checkpointing: one block input per layer + one block's full set
+    assert activation_bytes(cfg, tokens=10, samples=4, elem_bytes=2, checkpointing=True) == 1280 * (4 + 17)
