@@ -39,3 +39,61 @@ def test_separate_with_threshold_zero_equals_colocated_and_resumes_bit_identical
     assert colocated.fingerprint["model"].keys() == resumed.fingerprint["model"].keys()
     for name, value in colocated.fingerprint["model"].items():
         assert value.equal(resumed.fingerprint["model"][name]), name
+
+
+class _KillServerAtStep:
+    """Wraps the reward scorer: at `step` it kills rollout server 0 (while the producer generates ahead)."""
+
+    def __init__(self, components, step: int) -> None:
+        self.inner, self.components, self.step = components.reward, components, step
+        components.reward = self
+
+    def score_records(self, images, records, *, step=None):
+        if step == self.step:
+            import ray
+
+            ray.kill(self.components.rollout.servers[0])
+        return self.inner.score_records(images, records, step=step)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_a_killed_rollout_server_exits_1_naming_it_within_the_queue_timeout(
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, monkeypatch, capsys
+):
+    import time
+
+    from verl_omni.trainer import components as components_module
+    from verl_omni.trainer.main import EXIT_FAILED, run
+
+    real_build = components_module.build_components
+
+    def build_with_killer(prepared, **kwargs):
+        built = real_build(prepared, **kwargs)
+        _KillServerAtStep(built, step=1)
+        return built
+
+    monkeypatch.setattr(components_module, "build_components", build_with_killer)
+    argv = [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        *fast_overrides,
+        *SEPARATE,
+        "trainer.separate.parameter_sync_step=3",  # no push before the end: the producer is what meets the corpse
+        "trainer.separate.max_off_policy_threshold=2",
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=1",
+        "trainer.val_before_train=false",
+        "actor_rollout_ref.rollout.lifecycle_timeout_s=60",
+    ]
+    start = time.monotonic()
+    assert run(argv) == EXIT_FAILED
+    assert time.monotonic() - start < 120  # trainer.separate.queue_timeout_s: the death is seen, not waited out
+    err = capsys.readouterr().err
+    assert "RolloutServiceError: the separate rollout stopped: rollout server rank 0 died" in err, err[-2000:]
+    ckpt = tmp_path / "ckpt"
+    assert (ckpt / "global_step_1" / "COMPLETE").is_file()
