@@ -17,7 +17,7 @@
 #            B compiled, colocated and awake. Each fits one 10-minute call of the lent machine.
 #   trainer-run-algos / trainer-run-algos-sde: bench_trainer_run.py on workload A per algorithm (docs/omni/algorithms.md),
 #            1 warm-up + 3 steps, no baseline: FlowGRPO `default` and `nocfg` (its rollout without CFG, as nft / dpo) beside
-#            nft, dpo; then `default` beside mix, dance, guard, dppo. RUN_ALGOS_VARIANTS / RUN_ALGOS_SDE_VARIANTS replace the
+#            nft, dpo, dppo; then `default` beside mix, dance, guard. RUN_ALGOS_VARIANTS / RUN_ALGOS_SDE_VARIANTS replace the
 #            lists (e.g. RUN_ALGOS_VARIANTS=nocfg+nokl,nft+nokl: no reference forward in either). Each fits one 10-minute call.
 #   trainer-run-scaling (needs 2 GPUs): workload A compiled on one GPU and on two (twice the prompts per step),
 #            colocated; the two-GPU run's `vs_1gpu` is the weak-scaling ratio (target >= 1.8).
@@ -75,10 +75,10 @@ for phase in "$@"; do
                      --device cuda --preset b --variants "${RUN_B_VARIANTS:-compile,compile+awake}" --skip-baseline --warmup 2 --steps 3 \
                      --out "$out" ;;
     trainer-run-algos) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-algos timeout 560 python3 benchmarks/bench_trainer_run.py \
-                         --device cuda --preset a --variants "${RUN_ALGOS_VARIANTS:-default,nocfg,nft,dpo}" \
+                         --device cuda --preset a --variants "${RUN_ALGOS_VARIANTS:-default,nocfg,nft,dpo,dppo}" \
                          --skip-baseline --warmup 1 --steps 3 --out "$out/algos" ;;
     trainer-run-algos-sde) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-algos-sde timeout 560 python3 benchmarks/bench_trainer_run.py \
-                             --device cuda --preset a --variants "${RUN_ALGOS_SDE_VARIANTS:-default,mix,dance,guard,dppo}" \
+                             --device cuda --preset a --variants "${RUN_ALGOS_SDE_VARIANTS:-default,mix,dance,guard}" \
                              --skip-baseline --warmup 1 --steps 3 --out "$out/algos_sde" ;;
     trainer-run-scaling) run bench-trainer-run-scaling timeout 560 python3 benchmarks/bench_trainer_run.py \
                            --device cuda --preset a --variants "${RUN_SCALING_VARIANTS:-compile,compile+2gpu}" \
