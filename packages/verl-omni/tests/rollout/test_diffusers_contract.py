@@ -1,4 +1,4 @@
-"""verl-core's server contract suite against `DiffusersHttpServer` (full and LoRA; Qwen-Image, SD3, FLUX)."""
+"""verl-core's server contract suite against `DiffusersHttpServer` (full and LoRA; Qwen-Image, SD3, FLUX, Wan)."""
 
 from __future__ import annotations
 
@@ -37,47 +37,22 @@ def diffusers_backend(path, kind: str = "full") -> ContractBackend:
     return dataclasses.replace(backend, weight_kind="lora", peft_config=dict(TINY_LORA), new_weights=lora)
 
 
-class TestQwenImageServerContract(ServerContractSuite):
-    @pytest.fixture(scope="class")
+BACKENDS = [
+    pytest.param(("qwen_image", "full"), id="qwen_image-full"),
+    pytest.param(("qwen_image", "lora"), id="qwen_image-lora"),
+    *(
+        pytest.param((model, kind), id=f"{model}-{kind}", marks=pytest.mark.slow)
+        for model in ("sd3", "flux", "wan")
+        for kind in ("full", "lora")
+    ),
+]
+"""(tiny pipeline, weight update kind) of each run of the suite; SD3, FLUX and Wan (a one-frame video at the default
+`num_frames: 1`) are `slow` (Qwen-Image runs always)."""
+
+
+class TestDiffusersServerContract(ServerContractSuite):
+    @pytest.fixture(scope="class", params=BACKENDS)
     @classmethod
-    def backend(cls, tiny_qwen_image_path) -> ContractBackend:
-        return diffusers_backend(tiny_qwen_image_path)
-
-
-class TestQwenImageLoRAServerContract(ServerContractSuite):
-    @pytest.fixture(scope="class")
-    @classmethod
-    def backend(cls, tiny_qwen_image_path) -> ContractBackend:
-        return diffusers_backend(tiny_qwen_image_path, "lora")
-
-
-@pytest.mark.slow
-class TestSD3ServerContract(ServerContractSuite):
-    @pytest.fixture(scope="class")
-    @classmethod
-    def backend(cls, tiny_sd3_path) -> ContractBackend:
-        return diffusers_backend(tiny_sd3_path)
-
-
-@pytest.mark.slow
-class TestSD3LoRAServerContract(ServerContractSuite):
-    @pytest.fixture(scope="class")
-    @classmethod
-    def backend(cls, tiny_sd3_path) -> ContractBackend:
-        return diffusers_backend(tiny_sd3_path, "lora")
-
-
-@pytest.mark.slow
-class TestFluxServerContract(ServerContractSuite):
-    @pytest.fixture(scope="class")
-    @classmethod
-    def backend(cls, tiny_flux_path) -> ContractBackend:
-        return diffusers_backend(tiny_flux_path)
-
-
-@pytest.mark.slow
-class TestFluxLoRAServerContract(ServerContractSuite):
-    @pytest.fixture(scope="class")
-    @classmethod
-    def backend(cls, tiny_flux_path) -> ContractBackend:
-        return diffusers_backend(tiny_flux_path, "lora")
+    def backend(cls, request) -> ContractBackend:
+        model, kind = request.param
+        return diffusers_backend(request.getfixturevalue(f"tiny_{model}_path"), kind)

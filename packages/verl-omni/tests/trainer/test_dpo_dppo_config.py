@@ -3,6 +3,8 @@ keys and defaults, and each incompatible combination refused naming both keys (n
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 
 from verl_core.config import ConfigValueError
@@ -12,17 +14,25 @@ DPO = ["actor_rollout_ref.model.algorithm=dpo", "actor_rollout_ref.rollout.n=4",
 DPPO = ["actor_rollout_ref.actor.diffusion_loss.loss_mode=flow_dppo"]
 
 
-def test_upstream_keys_and_defaults():
-    config = load_config(DPO)
-    loss = config.actor_rollout_ref.actor.diffusion_loss
-    assert (loss.loss_mode, config.algorithm.adv_estimator, loss.dpo_beta) == ("dpo", "dpo", 2000.0)
-    assert config.algorithm.paired_preference is False
-    assert load_config([*DPO, "algorithm.paired_preference=true"]).algorithm.paired_preference is True
-    # upstream's online DPO recipe names its model type: accepted (and dropped, this project has one model type)
-    upstream = load_config([*DPO, "+actor_rollout_ref.model.model_type=diffusion_dpo_model"])
-    assert upstream.algorithm.adv_estimator == "dpo"
-    loss = load_config(DPPO).actor_rollout_ref.actor.diffusion_loss
-    assert (loss.loss_mode, loss.kl_mask_threshold, loss.add_kl_coefficient) == ("flow_dppo", 1e-5, True)
+LOSS = "actor_rollout_ref.actor.diffusion_loss"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        pytest.param(DPO, {f"{LOSS}.loss_mode": "dpo", "algorithm.adv_estimator": "dpo", f"{LOSS}.dpo_beta": 2000.0,
+                           "algorithm.paired_preference": False}, id="dpo"),
+        pytest.param([*DPO, "algorithm.paired_preference=true"], {"algorithm.paired_preference": True}, id="dpo-pairs"),
+        # upstream's online DPO recipe names its model type: accepted (and dropped, this project has one model type)
+        pytest.param([*DPO, "+actor_rollout_ref.model.model_type=diffusion_dpo_model"],
+                     {"algorithm.adv_estimator": "dpo"}, id="upstream-model-type"),
+        pytest.param(DPPO, {f"{LOSS}.loss_mode": "flow_dppo", f"{LOSS}.kl_mask_threshold": 1e-5,
+                            f"{LOSS}.add_kl_coefficient": True}, id="dppo"),
+    ],
+)  # fmt: skip
+def test_upstream_keys_and_defaults(overrides, expected):
+    config = load_config(overrides)
+    assert {key: operator.attrgetter(key)(config) for key in expected} == expected
 
 
 @pytest.mark.parametrize(
