@@ -67,6 +67,8 @@ VARIANTS: dict[str, list[str]] = {
     "compile": ["actor_rollout_ref.actor.fsdp_config.compile_blocks=true",
                 "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false"],
     "keep": ["actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false"],
+    "eager": ["actor_rollout_ref.actor.fsdp_config.compile_blocks=false",  # the actor's defaults before issue 29
+              "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=true"],
     "awake": ["actor_rollout_ref.rollout.free_cache_engine=false"],
     "rcompile": ["actor_rollout_ref.rollout.engine_kwargs.diffusers.compile_blocks=true"],  # the rollout's blocks
     "eager-rollout": ["actor_rollout_ref.rollout.enforce_eager=true"],  # the rollout's blocks not compiled
@@ -287,6 +289,9 @@ def summarize(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     share.update({f"update_weights/{k}": round(v / step, 4) for k, v in sub.items() if k != "gen_request_overhead"})
     if over is not None and "gen" in stage:
         share["gen_request_overhead (est.)"] = round(over * stage["gen"] / step, 4)
+    # the trainer's model-FLOPs utilisation per stage and of the step (`verl_omni.trainer.flops`; CUDA only)
+    mfu = {k.rsplit("/", 1)[-1]: v for k in sorted({k for r in measured for k in r if k.startswith("perf/mfu/")})
+           if (v := _median(measured, k)) is not None}  # fmt: skip
     peaks = {
         k.rsplit("/", 1)[-1]: round(max(r[k] for r in measured if k in r), 2)
         for k in sorted({k for r in measured for k in r if k.startswith("perf/max_memory_allocated_gb/")})
@@ -302,6 +307,7 @@ def summarize(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "sub_stage_s": sub,
         "gen_request_overhead_share_of_round_trip": over,
         "peak_gib": peaks,
+        "mfu": mfu,
         "warmup_step_s": [round(r["timing_s/step"], 2) for r in rows if r["step"] <= warmup],
         "step1": {
             k.removeprefix("actor/"): first[k]
@@ -368,6 +374,8 @@ def print_report(results: dict[str, Any]) -> None:
               f"({r['images_per_step']:g} images){ratio}")  # fmt: skip
         print("   " + ", ".join(f"{k} {v:.3f}s ({100 * r['stage_share'][k]:.1f}%)" for k, v in r["stage_s"].items()))
         print("   sub: " + ", ".join(f"{k} {v:.4f}s" for k, v in r["sub_stage_s"].items()))
+        if r.get("mfu"):
+            print("   MFU: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["mfu"].items()))
         if r["peak_gib"]:
             print(f"   peak GiB per stage: {r['peak_gib']}")
         if r["leftover_processes"]:

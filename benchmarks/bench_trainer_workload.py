@@ -76,7 +76,9 @@ EXTRAS = {
 class ProjectLoop:
     """Rollout engine + FSDP2 engine + LoRA weight sync, driven by hand through one FlowGRPO step."""
 
-    def __init__(self, folder: pathlib.Path, w: Workload, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, folder: pathlib.Path, w: Workload, device: torch.device, dtype: torch.dtype, compile_rollout: bool = False
+    ) -> None:
         from verl_omni.pipelines import DiffusionSamplingConfig
         from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
 
@@ -86,7 +88,9 @@ class ProjectLoop:
             guidance_scale=w.guidance, negative_prompt="" if w.model == "sd3" else None,
             max_sequence_length=w.text_len, sde_window_size=w.window,
         )  # fmt: skip
-        self.rollout = DiffusersRolloutEngine(folder, device=device, dtype=dtype, sampling=self.sampling)
+        self.rollout = DiffusersRolloutEngine(
+            folder, device=device, dtype=dtype, sampling=self.sampling, compile_blocks=compile_rollout
+        )
         self.lora_config = {"r": w.lora_rank, "lora_alpha": w.lora_alpha, "init_lora_weights": "gaussian",
                             "target_modules": lora_targets(w)}  # fmt: skip
         self.engines: dict[frozenset[str], Any] = {}

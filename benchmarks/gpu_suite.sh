@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
 # Phases: env, tests, vllm, vllm-trainer, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
 #         trainer, trainer-run (= trainer-run-a trainer-run-b), trainer-run-algos, trainer-run-algos-sde,
-#         trainer-run-scaling (needs 2 GPUs), lora-sync.
+#         trainer-run-scaling (needs 2 GPUs), lora-sync, trainer-run-defaults, profile-b, growth-a, growth-b.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
@@ -19,6 +19,17 @@
 #            1 warm-up + 3 steps, no baseline: FlowGRPO `default` and `nocfg` (its rollout without CFG, as nft / dpo) beside
 #            nft, dpo, dppo; then `default` beside mix, dance, guard. RUN_ALGOS_VARIANTS / RUN_ALGOS_SDE_VARIANTS replace the
 #            lists (e.g. RUN_ALGOS_VARIANTS=nocfg+nokl,nft+nokl: no reference forward in either). Each fits one 10-minute call.
+#   trainer-run-defaults: workload A with NO overrides (`default`: the auto compile_blocks / reshard_after_forward)
+#            beside `eager` (the actor's defaults before issue 29: compile_blocks=false, reshard_after_forward=true), the
+#            flow_grpo-style baseline last, 2 warm-up + 3 steps; prints each stage's MFU. RUN_DEFAULTS_VARIANTS replaces
+#            the list. One 10-minute call (about 400 s, as trainer-run-a).
+#   profile-b: profile_step.py on workload B (the pieces in one process, compiled): each stage's device time by kernel
+#            class (GEMM / attention / norm / elementwise / comm / other) and its MFU; JSON under $OUT/profile.
+#   growth-a / growth-b: bench_growth.py, per-stage images/s and peak memory against resolution, images/step and
+#            group size for workload A's 1.0 B SD3 / B's 2.8 B Qwen-Image width (eager pieces), the growth per doubling
+#            and the largest images/step that fits; JSON + PNGs under $OUT/growth (then, on any machine,
+#            `python benchmarks/bench_growth.py --chart $OUT/growth/growth_cuda_a.json $OUT/growth/growth_cuda_b.json
+#            --out docs/assets/benchmarks` draws both models together). One 10-minute call each.
 #   trainer-run-scaling (needs 2 GPUs): workload A compiled on one GPU and on two (twice the prompts per step),
 #            colocated; the two-GPU run's `vs_1gpu` is the weak-scaling ratio (target >= 1.8).
 #            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+eager-rollout`).
@@ -83,6 +94,13 @@ for phase in "$@"; do
     trainer-run-scaling) run bench-trainer-run-scaling timeout 560 python3 benchmarks/bench_trainer_run.py \
                            --device cuda --preset a --variants "${RUN_SCALING_VARIANTS:-compile,compile+2gpu}" \
                            --skip-baseline --warmup 2 --steps 3 --out "$out/scaling" ;;
+    trainer-run-defaults) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-defaults timeout 570 python3 benchmarks/bench_trainer_run.py \
+                            --device cuda --preset a --variants "${RUN_DEFAULTS_VARIANTS:-default,eager}" --warmup 2 --steps 3 \
+                            --out "$out/defaults" ;;
+    profile-b) CUDA_VISIBLE_DEVICES=0 run profile-step-b timeout 570 python3 benchmarks/profile_step.py \
+                 --device cuda --preset b --out "$out/profile" ;;
+    growth-a|growth-b) CUDA_VISIBLE_DEVICES=0 run "bench-$phase" timeout 570 python3 benchmarks/bench_growth.py \
+                         --device cuda --models "${phase#growth-}" --out "$out/growth" ;;
     lora-sync) for preset in a b; do
                  CUDA_VISIBLE_DEVICES=0 run bench-lora-sync-$preset python3 benchmarks/bench_lora_sync.py \
                    --device cuda --preset $preset --out "$out"

@@ -129,12 +129,14 @@ class DiffusersFSDPEngine:
         offload = CPUOffloadPolicy(pin_memory=True) if fsdp.cpu_offload else OffloadPolicy()
         kwargs = {"mesh": self.mesh, "mp_policy": mp, "offload_policy": offload}
         blocks = self._blocks(transformer, model_config.fsdp_layer_prefixes)
+        # `reshard_after_forward: null` builds resharded; `ActorWorker` resolves it before the first forward
+        reshard = fsdp.reshard_after_forward is not False
         _warn_unsharded_repeated_blocks(transformer, blocks, model_config.fsdp_layer_prefixes)
         for block in blocks:
             if compile_blocks:
                 block.compile()
-            fully_shard(block, reshard_after_forward=fsdp.reshard_after_forward, **kwargs)
-        fully_shard(transformer, reshard_after_forward=fsdp.reshard_after_forward, **kwargs)
+            fully_shard(block, reshard_after_forward=reshard, **kwargs)
+        fully_shard(transformer, reshard_after_forward=reshard, **kwargs)
         _fsdp_lazy_init(transformer)
         self.module = transformer
         self.num_sharded_blocks = len(blocks)
