@@ -97,3 +97,39 @@ def test_a_killed_rollout_server_exits_1_naming_it_within_the_queue_timeout(
     assert "RolloutServiceError: the separate rollout stopped: rollout server rank 0 died" in err, err[-2000:]
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "global_step_1" / "COMPLETE").is_file()
+
+
+def test_separate_with_lag_up_to_2_and_is_weights_raises_the_reward_by_more_than_3_standard_errors(
+    ray_session, tiny_qwen_image_path, tmp_path
+):
+    """The quickstart's 12 steps (as `test_trainer_direction`), weights pushed every 2 steps, groups up to 2 versions
+    old trained with truncated IS weights: the reward margin (last 3 steps minus first 3) still exceeds +3 SE."""
+    from verl_omni.trainer.main import run
+    from verl_omni.trainer.report import learning_margin, read_metrics
+
+    argv = [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        *SEPARATE,
+        "trainer.separate.parameter_sync_step=2",
+        "trainer.separate.max_off_policy_threshold=2",
+        "algorithm.rollout_correction.rollout_is=token",
+        "trainer.total_training_steps=12",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+    ]
+    assert run(argv) == 0
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert [r.get("rollout/weight_version") for r in rows[1::2]] == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+    stale = sum(r.get("async/version_lag/1", 0) + r.get("async/version_lag/2", 0) for r in rows)
+    assert stale > 0 and all(r["async/version_lag_max"] <= 2 for r in rows)
+    assert any("rollout_corr/logprob_gap_lag1" in r for r in rows) and any(
+        "rollout_corr/is_weight_mean" in r for r in rows
+    )
+    margin = learning_margin(rows)
+    assert margin is not None and margin["margin"] > 3.0, margin

@@ -350,7 +350,8 @@ class FlowGRPOTrainer:
         if separate is None or consumer is None:
             raise RuntimeError("FlowGRPOTrainer: trainer.mode=separate without a started producer")
         metrics["async/queue_depth_before"] = float(separate.queue.qsize())
-        groups, queue_metrics = consumer.take(self.config.data.train_batch_size, self.weight_version)
+        # the actor's version is the steps it has trained (`self.weight_version` is what the servers hold)
+        groups, queue_metrics = consumer.take(self.config.data.train_batch_size, self.step)
         timing["queue_wait"] = queue_metrics.pop("timing_s/queue_wait")
         metrics.update(queue_metrics)
         states = [g.sampler_state for g in groups if g.sampler_state is not None]
@@ -358,7 +359,7 @@ class FlowGRPOTrainer:
             separate.sampler_state = states[-1]
         start = groups[-1].window_start
         self.window_start = start if self.window else None
-        records, batch = assemble_batch(groups, self.weight_version)
+        records, batch = assemble_batch(groups, self.step)
         return records, batch, start
 
     def _score(self, records: list, batch: TensorDict, step: int, timing: dict) -> tuple[TensorDict, RewardOutput]:

@@ -314,11 +314,14 @@ class DiffusionTrainerConfig(BaseConfig):
         """Whether the trainer skips the old-log-prob recompute and the on-policy update takes them from its forwards.
 
         True when `algorithm.rollout_correction.fuse_on_policy_old_log_prob` is on, `bypass_mode` is off and the
-        update is on-policy (`on_policy_update`), and `rollout_is` is null (its weights need the recompute).
+        update is on-policy (`on_policy_update`), `rollout_is` is null (its weights need the recompute) and, in
+        `trainer.mode: separate`, `max_off_policy_threshold` is 0 (stale groups get the recompute and its gap per lag).
         """
         correction = self.algorithm.rollout_correction
         if correction.rollout_is is not None:  # the importance weights need the recomputed proximal log-probs
             return False
+        if self.trainer.mode == "separate" and self.trainer.separate.max_off_policy_threshold > 0:
+            return False  # stale groups: the recompute gives the rollout/actor gap per lag (`rollout_corr/*`)
         return correction.fuse_on_policy_old_log_prob and not correction.bypass_mode and self.on_policy_update
 
 
