@@ -8,15 +8,9 @@ silences them, `-W error::verl_compat.VerlDeprecationWarning` turns them into er
 
 from __future__ import annotations
 
+from verl_compat._warning import VerlDeprecationWarning
+
 __all__ = ["VerlDeprecationWarning", "__version__", "install", "uninstall"]
-
-
-class VerlDeprecationWarning(DeprecationWarning):
-    """An old `verl.*` diffusion name was used; the message names the verl-omni replacement.
-
-    Shown by default (verl-compat adds a `default` filter at start-up, below any `-W` / `PYTHONWARNINGS` option
-    naming this category).
-    """
 
 
 def install() -> bool:

@@ -18,7 +18,7 @@ import sys
 import warnings
 from importlib.machinery import ModuleSpec
 
-from verl_compat import VerlDeprecationWarning
+from verl_compat._warning import VerlDeprecationWarning
 
 TYPE_CHECKING = False
 

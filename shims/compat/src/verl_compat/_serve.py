@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from verl_compat import VerlDeprecationWarning
+from verl_compat._warning import VerlDeprecationWarning
 
 INSTALL_HINT = (
     "upstream verl is not installed: verl-compat only provides the old diffusion paths of verl "
