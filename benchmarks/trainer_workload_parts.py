@@ -105,9 +105,9 @@ def _build_sd3_folder(w: Workload, out: pathlib.Path, dtype: torch.dtype) -> pat
     )
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
-    from verl_omni.testing.tiny import _clip_tokenizer, _t5_tokenizer
+    from verl_omni.testing.tiny_tokenizers import clip_tokenizer, t5_tokenizer
 
-    tok, tok2, tok3 = _clip_tokenizer(), _clip_tokenizer(), _t5_tokenizer()
+    tok, tok2, tok3 = clip_tokenizer(), clip_tokenizer(), t5_tokenizer()
     encoders = []
     for k, hidden in enumerate(w.clip_dims):
         torch.manual_seed(10 + k)

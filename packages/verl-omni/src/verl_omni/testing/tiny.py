@@ -9,34 +9,15 @@ scheduler) is created from a config with weights drawn from a fixed seed, saved 
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import tempfile
 from typing import Any
 
 import torch
 
-__all__ = ["PRESETS", "TinyPreset", "build_tiny_pipeline"]
+from verl_omni.testing.tiny_tokenizers import clip_tokenizer, qwen_tokenizer, t5_tokenizer
 
-_SENTENCES = [
-    "a photo of a cat sitting on a red chair",
-    "a watercolor painting of a mountain lake at sunrise",
-    "an astronaut riding a horse on the moon",
-    "a bowl of fruit with apples, oranges and bananas",
-    "the word HELLO written in neon letters on a brick wall",
-    "two dogs playing in the snow, high resolution, detailed",
-    "Describe the image by detailing the color, shape, size, texture, quantity, text, spatial relationships",
-    "of the objects and background: system user assistant",
-]
-_QWEN_SPECIALS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-]
+__all__ = ["PRESETS", "TinyPreset", "build_tiny_pipeline"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,85 +72,6 @@ def build_tiny_pipeline(
         pipe.to(dtype=torch_dtype)
         pipe.save_pretrained(out, safe_serialization=True)
     return out
-
-
-# ---- tokenizers ------------------------------------------------------------------------------------
-
-
-def _byte_level_bpe(vocab_size: int, specials: list[str]) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_SENTENCES, trainer=trainer)
-    return tok
-
-
-def _qwen_tokenizer(tmp: pathlib.Path) -> Any:
-    from transformers import Qwen2Tokenizer
-
-    bpe = _byte_level_bpe(400, [])
-    bpe.model.save(str(tmp))
-    vocab = json.loads((tmp / "vocab.json").read_text())
-    merges = [tuple(line.split(" ")) for line in (tmp / "merges.txt").read_text().splitlines()[1:] if line]
-    tok = Qwen2Tokenizer(
-        vocab=vocab,
-        merges=merges,
-        unk_token=None,
-        bos_token=None,
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-    )
-    tok.add_special_tokens({"additional_special_tokens": _QWEN_SPECIALS[1:]})
-    tok.add_tokens([_QWEN_SPECIALS[0]], special_tokens=True)
-    return tok
-
-
-def _clip_tokenizer() -> Any:
-    from transformers import CLIPTokenizer
-
-    chars = sorted({c for s in _SENTENCES for c in s.lower() if not c.isspace()} | set("0123456789"))
-    vocab: dict[str, int] = {}
-    for c in chars:
-        vocab.setdefault(c, len(vocab))
-        vocab.setdefault(c + "</w>", len(vocab))
-    for special in ("<|startoftext|>", "<|endoftext|>"):
-        vocab[special] = len(vocab)
-    return CLIPTokenizer(
-        vocab=vocab,
-        merges=[],
-        model_max_length=77,
-        pad_token="<|endoftext|>",
-    )
-
-
-def _t5_tokenizer() -> Any:
-    """A SentencePiece-style Unigram tokenizer, as T5's is.
-
-    Loaders that build `T5Tokenizer` (vLLM-Omni's SD3) need a Unigram model: a byte-level BPE fails there with
-    "'dict' object is not an instance of 'Sequence'".
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import T5TokenizerFast
-
-    unigram = Tokenizer(models.Unigram())
-    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
-    unigram.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(
-        vocab_size=300, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
-    )
-    unigram.train_from_iterator(_SENTENCES, trainer=trainer)
-    return T5TokenizerFast(
-        tokenizer_object=unigram, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", extra_ids=0,
-        model_max_length=512,
-    )  # fmt: skip
 
 
 # ---- text encoders and VAE of SD3 and FLUX.1 ---------------------------------------------------------
@@ -253,7 +155,7 @@ def _build_qwen_image(preset: TinyPreset, seed: int) -> Any:
 
     text_hidden = 64
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = _qwen_tokenizer(pathlib.Path(tmp))
+        tokenizer = qwen_tokenizer(pathlib.Path(tmp))
     torch.manual_seed(seed)
     config = Qwen2_5_VLConfig(
         text_config={
@@ -315,8 +217,8 @@ def _build_sd3(preset: TinyPreset, seed: int) -> Any:
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
 
     joint_dim = 64
-    tokenizer, tokenizer_2 = _clip_tokenizer(), _clip_tokenizer()
-    tokenizer_3 = _t5_tokenizer()
+    tokenizer, tokenizer_2 = clip_tokenizer(), clip_tokenizer()
+    tokenizer_3 = t5_tokenizer()
     encoders = [
         _clip_text_encoder(tokenizer, hidden, seed + 10 + k, projection=True) for k, hidden in enumerate((32, 64))
     ]
@@ -359,7 +261,7 @@ def _build_flux(preset: TinyPreset, seed: int) -> Any:
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
 
     joint_dim, pooled_dim = 64, 32
-    tokenizer, tokenizer_2 = _clip_tokenizer(), _t5_tokenizer()
+    tokenizer, tokenizer_2 = clip_tokenizer(), t5_tokenizer()
     clip = _clip_text_encoder(tokenizer, pooled_dim, seed + 10, projection=False)
     t5 = _t5_text_encoder(tokenizer_2, joint_dim, seed + 12)
     torch.manual_seed(seed + 1)

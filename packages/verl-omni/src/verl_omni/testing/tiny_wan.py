@@ -31,10 +31,10 @@ def build_tiny_wan(preset: Any, seed: int) -> Any:
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    from verl_omni.testing.tiny import _t5_tokenizer
+    from verl_omni.testing.tiny_tokenizers import t5_tokenizer
 
     text_dim = 32
-    tokenizer = _t5_tokenizer()
+    tokenizer = t5_tokenizer()
     torch.manual_seed(seed + 12)
     text_encoder = UMT5EncoderModel(
         UMT5Config(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verl_omni.trainer.tracking import image_grid
+from verl_omni.trainer.video_grid import image_grid, write_video_gif
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -162,8 +162,6 @@ def write_sample_grid(val_images: dict[int, torch.Tensor], path: pathlib.Path, s
     rows = [val_images[s] for s in steps]
     count = min(r.shape[0] for r in rows)
     if rows[0].dim() == 5:
-        from verl_omni.trainer.video_grid import write_video_gif
-
         write_video_gif(rows, path.with_suffix(".gif"))
     images = image_grid(torch.cat([r[:count] for r in rows]), cols=count, scale=scale)
     grid = Image.new("RGB", (images.width + _LABEL_W, images.height), "white")

@@ -20,6 +20,9 @@ from typing import Any
 
 import torch
 
+from verl_omni.trainer.report import learning_margin
+from verl_omni.trainer.video_grid import image_grid  # also public here (`tracking.image_grid`)
+
 __all__ = ["CONSOLE_KEYS", "Tracking", "check_loggers", "image_grid"]
 
 _EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}  # module, pip package
@@ -54,34 +57,6 @@ def check_loggers(loggers: list[str]) -> None:
                     f"trainer.logger: {name!r} needs the {module!r} package; install it with `pip install {extra}` "
                     f"or remove {name!r} from trainer.logger"
                 ) from e
-
-
-def image_grid(images: torch.Tensor, cols: int | None = None, scale: int = 1) -> Any:
-    """uint8 images `(B, 3, H, W)` as one PIL image, `cols` per row (default: all in one row).
-
-    Videos `(B, F, 3, H, W)` are drawn as frame strips (`video_grid.frame_strips`), one per cell.
-
-    Kept by hand (ten lines of PIL pastes) rather than `torchvision.utils.make_grid`: torchvision would be a
-    dependency pinned to one torch release (0.28.0 requires exactly `torch==2.13.0`, so pip replaces any other
-    torch, and verl-omni accepts `torch>=2.6`), and PyPI's Linux wheel is the CUDA build: beside the CPU torch
-    that README's set-up installs first it fails at `import torchvision` (`operator torchvision::nms does not
-    exist`; its `_C` links `libtorch_cuda.so`). docs/architecture.md, "Libraries we use and why".
-    """
-    from PIL import Image
-
-    from verl_omni.trainer.video_grid import frame_strips, is_video_batch
-
-    if is_video_batch(images):
-        images = frame_strips(images)
-    b, _, h, w = images.shape
-    cols = max(1, min(cols or b, b))
-    rows = (b + cols - 1) // cols
-    grid = Image.new("RGB", (cols * w, rows * h), "white")
-    for i, img in enumerate(images):
-        grid.paste(Image.fromarray(img.permute(1, 2, 0).cpu().numpy()), ((i % cols) * w, (i // cols) * h))
-    if scale > 1:
-        grid = grid.resize((grid.width * scale, grid.height * scale), Image.NEAREST)
-    return grid
 
 
 class Tracking:
@@ -167,8 +142,6 @@ class Tracking:
         `margin` is the learning margin of the steps logged so far (`report.learning_margin`: mean reward of the last
         3 steps minus the first 3, in standard errors); it appears from the 6th step on.
         """
-        from verl_omni.trainer.report import learning_margin  # report imports this module
-
         parts = [f"step {step}"]
         for key, label, fmt in CONSOLE_KEYS:
             if key in metrics:

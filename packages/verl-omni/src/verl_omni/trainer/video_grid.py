@@ -1,18 +1,19 @@
-"""Sample grids of videos: a PNG frame strip per video and an animated GIF of the grid (Pillow, no codec).
+"""Sample grids: `image_grid` of images, a PNG frame strip per video, an animated GIF of the grid (Pillow, no codec).
 
-A batch of videos is uint8 `(B, F, 3, H, W)`. `frame_strips` lays each video's frames left to right, so the image
-grid writers (`tracking.image_grid`, `report.write_sample_grid`) draw a video as one strip; `write_video_gif` plays
-the grid rows over time (frame `t` of every video in each GIF frame).
+A batch of videos is uint8 `(B, F, 3, H, W)`. `frame_strips` lays each video's frames left to right, so `image_grid`
+(used by `tracking` and `report.write_sample_grid`) draws a video as one strip; `write_video_gif` plays the grid
+rows over time (frame `t` of every video in each GIF frame). Nothing here imports the rest of the trainer.
 """
 
 from __future__ import annotations
 
 import pathlib
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["frame_strips", "is_video_batch", "write_video_gif"]
+__all__ = ["frame_strips", "image_grid", "is_video_batch", "write_video_gif"]
 
 
 def is_video_batch(images: torch.Tensor) -> bool:
@@ -30,6 +31,32 @@ def frame_strips(videos: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"videos: expected shape (B, F, 3, H, W), got {tuple(videos.shape)}")
     b, f, c, h, w = videos.shape
     return videos.permute(0, 2, 3, 1, 4).reshape(b, c, h, f * w)
+
+
+def image_grid(images: torch.Tensor, cols: int | None = None, scale: int = 1) -> Any:
+    """uint8 images `(B, 3, H, W)` as one PIL image, `cols` per row (default: all in one row).
+
+    Videos `(B, F, 3, H, W)` are drawn as frame strips (`frame_strips`), one per cell.
+
+    Kept by hand (ten lines of PIL pastes) rather than `torchvision.utils.make_grid`: torchvision would be a
+    dependency pinned to one torch release (0.28.0 requires exactly `torch==2.13.0`, so pip replaces any other
+    torch, and verl-omni accepts `torch>=2.6`), and PyPI's Linux wheel is the CUDA build: beside the CPU torch
+    that README's set-up installs first it fails at `import torchvision` (`operator torchvision::nms does not
+    exist`; its `_C` links `libtorch_cuda.so`). docs/architecture.md, "Libraries we use and why".
+    """
+    from PIL import Image
+
+    if is_video_batch(images):
+        images = frame_strips(images)
+    b, _, h, w = images.shape
+    cols = max(1, min(cols or b, b))
+    rows = (b + cols - 1) // cols
+    grid = Image.new("RGB", (cols * w, rows * h), "white")
+    for i, img in enumerate(images):
+        grid.paste(Image.fromarray(img.permute(1, 2, 0).cpu().numpy()), ((i % cols) * w, (i // cols) * h))
+    if scale > 1:
+        grid = grid.resize((grid.width * scale, grid.height * scale), Image.NEAREST)
+    return grid
 
 
 def write_video_gif(
@@ -50,8 +77,6 @@ def write_video_gif(
     Raises:
         ValueError: no rows, or rows whose videos differ in frames or size.
     """
-    from verl_omni.trainer.tracking import image_grid
-
     if not rows:
         raise ValueError("rows: expected at least one batch of videos")
     shapes = {tuple(r.shape[1:]) for r in rows}
