@@ -8,6 +8,7 @@ weights. The driver splits each batch evenly over the ranks and bounds every cal
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -324,7 +325,10 @@ def _reshard_choice(
     activations = 0
     if trains:
         adapter = engine.adapter
-        g = batch_geometry(batch, adapter.name, adapter.transformer_config, adapter.vae_scale_factor)
+        try:
+            g = batch_geometry(batch, adapter.name, adapter.transformer_config, adapter.vae_scale_factor)
+        except KeyError as e:  # a model without a token formula (Wan), or a batch without the trajectory's keys
+            return ReshardChoice(True, f"the micro-batch's tokens are unknown ({e}); resharded to be safe")
         micro = actor.ppo_micro_batch_size_per_gpu or g["rows"]
         activations = activation_bytes(
             adapter.transformer_config,
@@ -334,7 +338,7 @@ def _reshard_choice(
             checkpointing=engine.model_config.enable_gradient_checkpointing,
         )
     grads = sum(p.numel() for p in params if p.requires_grad) * 4 // max(engine.world_size, 1) if trains else 0
-    return choose_reshard_after_forward(
+    choice = choose_reshard_after_forward(
         value,
         device_type=device.type,
         free_bytes=torch.cuda.mem_get_info(device)[0],
@@ -342,6 +346,15 @@ def _reshard_choice(
         activation_bytes=activations,
         grad_bytes=grads,
     )
+    if engine.world_size > 1:  # every rank must choose alike (the backward's all-gathers are collectives)
+        import torch.distributed as dist
+
+        keep = torch.tensor([0 if choice.reshard_after_forward else 1], device=device)
+        dist.all_reduce(keep, op=dist.ReduceOp.MIN)
+        if not choice.reshard_after_forward and int(keep.item()) == 0:
+            reason = f"{choice.reason} here, but not on another rank: every rank reshards"
+            choice = dataclasses.replace(choice, reshard_after_forward=True, reason=reason)
+    return choice
 
 
 def _compiled_blocks(engine: Any) -> int:
