@@ -19,9 +19,10 @@ from verl_omni.algos import ForwardLossInput, get_loss
 from verl_omni.engine.distributed import all_reduce_metrics
 from verl_omni.engine.fsdp_engine import DiffusersFSDPEngine
 from verl_omni.engine.metrics import accumulate, update_metrics
+from verl_omni.engine.old_policy import OldPolicy  # re-exported: its path before it moved
 from verl_omni.engine.velocity import no_grad_velocities, noised_latents, sigma_of, unguided_velocity
 
-__all__ = ["update_on_clean_samples"]
+__all__ = ["OldPolicy", "update_on_clean_samples"]
 
 _NOISE_SEED_STRIDE = 1_000_003  # the noise of engine step s, rank r: seed + s·stride + r (restored with the step)
 
