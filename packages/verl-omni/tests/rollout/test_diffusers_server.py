@@ -366,7 +366,7 @@ def test_plain_rollout_config_serves_with_sampling_defaults(tiny_qwen_image_path
     run(server.launch())
     try:
         out = run(server.generate(REQUEST))
-        assert out.sampling_params["noise_level"] == 0.7  # DiffusionSamplingConfig's default
+        assert out.sampling_params["noise_level"] == 1.0  # SDESamplerConfig's default, as rollout.algo's
         assert server.metrics_snapshot()["dtype"] == "float32"
     finally:
         run(server.shutdown())

@@ -20,6 +20,7 @@ from verl_omni.config.rollout import (
     DiffusionValKwargsConfig,
     DiffusionValPipelineConfig,
 )
+from verl_omni.config.sampler import SDESamplerConfig
 
 __all__ = [
     "CheckpointConfig",
@@ -36,6 +37,7 @@ __all__ = [
     "DiffusionValPipelineConfig",
     "FSDPEngineConfig",
     "OptimConfig",
+    "SDESamplerConfig",
     "WrapPolicyConfig",
     "torch_dtype_name",
 ]

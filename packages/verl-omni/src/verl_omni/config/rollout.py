@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from verl_core.config import BaseConfig, RolloutConfig
 from verl_core.config.rollout import ModelConfig, SamplingConfig
 from verl_omni.config.actor import torch_dtype_name
+from verl_omni.config.sampler import SDESamplerConfig
 
 if TYPE_CHECKING:
     from verl_omni.pipelines.config import DiffusionSamplingConfig
@@ -83,12 +84,12 @@ class DiffusionPipelineConfig(BaseConfig):
 
 
 @dataclasses.dataclass
-class DiffusionRolloutAlgoConfig(BaseConfig):
+class DiffusionRolloutAlgoConfig(SDESamplerConfig):
     """`rollout.algo.*`: the SDE sampler of training rollouts.
 
     Args:
-        noise_level (`float`): `a` inside the SDE window.
-        sde_type (`str`): `"sde"` (Flow-SDE) or `"cps"` (coefficients-preserving).
+        noise_level (`float`): `a` inside the SDE window (default and check: `SDESamplerConfig`).
+        sde_type (`str`): `"sde"` (Flow-SDE) or `"cps"` (coefficients-preserving; `SDESamplerConfig`).
         sde_window_size (`int`, *optional*): K stochastic (trained) steps; null = all steps but the last.
         sde_window_range (`list[int]`, *optional*): `[r0, r1]`, the envelope of the window: each training step
             places one window start in `{r0 .. r1 - K}` (`sample_strategy`) and pins it for every request of that
@@ -103,11 +104,10 @@ class DiffusionRolloutAlgoConfig(BaseConfig):
         sde_window_seed (`int`): seed of the `"random"` window draws.
         init_same_noise (`bool`): DanceGRPO's shared initial noise: the `n` images of a prompt start from the same
             x_T (the group's first row's draw), so they differ only through the SDE noise of the window.
-        cps_logprob (`str`): `"exact"` or `"legacy"` (tempered cps log-prob of older releases); this project's key.
+        cps_logprob (`str`): `"exact"` or `"legacy"` (tempered cps log-prob of older releases); this project's key
+            (`SDESamplerConfig`).
     """
 
-    noise_level: float = 1.0
-    sde_type: Literal["sde", "cps"] = "sde"
     sde_window_size: int | None = None
     sde_window_range: list[int] | None = None
     sde_contiguous: bool = True
@@ -115,11 +115,9 @@ class DiffusionRolloutAlgoConfig(BaseConfig):
     iters_per_group: int = 1
     sde_window_seed: int = 0
     init_same_noise: bool = False
-    cps_logprob: Literal["exact", "legacy"] = "exact"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._require("noise_level", self.noise_level >= 0, "a float >= 0")
         self._require("sde_window_size", self.sde_window_size is None or self.sde_window_size >= 1, "null or >= 1")
         rng = self.sde_window_range
         self._require("sde_window_range", rng is None or (len(rng) == 2 and 0 <= rng[0] <= rng[1]), "null or [r0, r1]")

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from verl_core.config import BaseConfig
-from verl_omni.schedulers.settings import CPS_LOGPROBS, SDE_TYPES
+from verl_omni.config.sampler import SDESamplerConfig
 
 __all__ = ["DiffusionSamplingConfig"]
 
 
 @dataclasses.dataclass
-class DiffusionSamplingConfig(BaseConfig):
+class DiffusionSamplingConfig(SDESamplerConfig):
     """Sampling parameters; defaults follow the shape of the published Qwen-Image FlowGRPO recipe.
 
     Args:
@@ -21,9 +19,10 @@ class DiffusionSamplingConfig(BaseConfig):
         height, width (`int`, defaults to 512): image size in pixels.
         num_frames (`int`, defaults to 1): frames per sample; video models only (Wan: `4k + 1`, e.g. 81), image
             models refuse any other value than 1.
-        noise_level (`float`, defaults to 0.7): `a` inside the SDE window (0 = ODE everywhere).
-        sde_type (`str`, defaults to `"sde"`): `"sde"` or `"cps"`.
-        cps_logprob (`str`, defaults to `"exact"`): `"exact"` or `"legacy"` (tempered, factor 2s²).
+        noise_level (`float`, defaults to 1.0): `a` inside the SDE window (0 = ODE everywhere); default and check
+            in `verl_omni.config.SDESamplerConfig` (the trainer fills it from `rollout.algo.noise_level`).
+        sde_type (`str`, defaults to `"sde"`): `"sde"` or `"cps"` (`SDESamplerConfig`).
+        cps_logprob (`str`, defaults to `"exact"`): `"exact"` or `"legacy"` (tempered, factor 2s²; `SDESamplerConfig`).
         sde_window_size (`int`, defaults to 0): K stochastic steps; 0 = all steps but the last.
         sde_window_range (`list[int]`, *optional*): `[r0, r1]`, window start drawn from `{r0 .. r1-K}`;
             defaults to `[0, N-1]`.
@@ -52,9 +51,6 @@ class DiffusionSamplingConfig(BaseConfig):
     height: int = 512
     width: int = 512
     num_frames: int = 1
-    noise_level: float = 0.7
-    sde_type: str = "sde"
-    cps_logprob: str = "exact"
     sde_window_size: int = 0
     sde_window_range: list[int] | None = None
     sde_window_per_row: bool = False
@@ -72,11 +68,6 @@ class DiffusionSamplingConfig(BaseConfig):
         self._require("height", self.height >= 16, "an int >= 16")
         self._require("width", self.width >= 16, "an int >= 16")
         self._require("num_frames", self.num_frames >= 1, "an int >= 1")
-        self._require("noise_level", math.isfinite(self.noise_level) and self.noise_level >= 0, "a float >= 0")
-        self._require("sde_type", self.sde_type in SDE_TYPES, f"one of {SDE_TYPES}")
-        self._require("cps_logprob", self.cps_logprob in CPS_LOGPROBS, f"one of {CPS_LOGPROBS}")
-        if self.sde_type == "cps":
-            self._require("noise_level", self.noise_level <= 1, "a float in [0, 1] for sde_type 'cps'")
         n = self.num_inference_steps
         self._require("sde_window_size", 0 <= self.sde_window_size <= n, f"an int in [0, num_inference_steps={n}]")
         if self.sde_window_range is None:

@@ -18,6 +18,7 @@ from diffusers.schedulers.scheduling_flow_match_euler_discrete import FlowMatchE
 from diffusers.utils import BaseOutput
 from diffusers.utils.torch_utils import randn_tensor
 
+from verl_omni.config.sampler import SDESamplerConfig, check_noise_level
 from verl_omni.schedulers.settings import CPS_LOGPROBS, SDE_TYPES
 
 __all__ = [
@@ -135,8 +136,9 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
     (`step_index=`, or the scheduler's own counter started by `set_begin_index`), never by float equality.
 
     Args:
-        noise_level (`float`, defaults to 0.7):
-            Default `a` used when `step(noise_level=None)`.
+        noise_level (`float`, defaults to 1.0):
+            Default `a` used when `step(noise_level=None)`. This default and the two below are
+            `verl_omni.config.SDESamplerConfig`'s, the one home of the sampler settings.
         sde_type (`str`, defaults to `"sde"`):
             Default transition, `"sde"` or `"cps"`.
         cps_logprob (`str`, defaults to `"exact"`):
@@ -168,9 +170,9 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
         use_beta_sigmas: bool = False,
         time_shift_type: Literal["exponential", "linear"] = "exponential",
         stochastic_sampling: bool = False,
-        noise_level: float = 0.7,
-        sde_type: str = "sde",
-        cps_logprob: str = "exact",
+        noise_level: float = SDESamplerConfig.noise_level,
+        sde_type: str = SDESamplerConfig.sde_type,
+        cps_logprob: str = SDESamplerConfig.cps_logprob,
         sde_window_size: int = 0,
         sde_window_range: tuple[int, int] | None = None,
     ):
@@ -370,14 +372,8 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
         return idx
 
 
-def check_noise(noise_level: float, sde_type: str, *, key: str) -> None:
-    """Raise `ValueError` naming `key` unless `noise_level` is valid for `sde_type`."""
-    if sde_type not in SDE_TYPES:
-        raise ValueError(f"sde_type: expected one of {SDE_TYPES}, got {sde_type!r}")
-    if not math.isfinite(noise_level) or noise_level < 0:
-        raise ValueError(f"{key}: expected a finite float >= 0, got {noise_level!r}")
-    if sde_type == "cps" and noise_level > 1:
-        raise ValueError(f"{key}: cps needs a value in [0, 1] (s = σ'·sin(a·π/2)), got {noise_level!r}")
+check_noise = check_noise_level
+"""Raise `ValueError` naming `key` unless `noise_level` is valid for `sde_type` (`verl_omni.config.sampler`)."""
 
 
 def draw_sde_window(

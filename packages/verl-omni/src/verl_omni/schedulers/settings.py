@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import torch
 
+from verl_omni.config.sampler import CPS_LOGPROB_VALUES, SDE_TYPE_VALUES
+
 __all__ = ["CPS_LOGPROBS", "SDE_TYPES", "TRAJECTORY_SETTINGS", "setting_code", "setting_name"]
 
-SDE_TYPES: tuple[str, ...] = ("sde", "cps")
+SDE_TYPES: tuple[str, ...] = SDE_TYPE_VALUES
 """Transition kinds of `FlowMatchSDEDiscreteScheduler.step`; the trajectory key `"sde_type"` stores the index."""
 
-CPS_LOGPROBS: tuple[str, ...] = ("exact", "legacy")
+CPS_LOGPROBS: tuple[str, ...] = CPS_LOGPROB_VALUES
 """Log-prob modes of cps steps; the trajectory key `"cps_logprob"` stores the index."""
 
 TRAJECTORY_SETTINGS: dict[str, tuple[str, ...]] = {"sde_type": SDE_TYPES, "cps_logprob": CPS_LOGPROBS}
