@@ -106,6 +106,12 @@ class DiffusionRolloutAlgoConfig(SDESamplerConfig):
             x_T (the group's first row's draw), so they differ only through the SDE noise of the window.
         cps_logprob (`str`): `"exact"` or `"legacy"` (tempered cps log-prob of older releases); this project's key
             (`SDESamplerConfig`).
+        dpm_algorithm_type (`str`, *optional*): MixGRPO-Flash: `"dpmsolver++"` takes the ODE steps outside the SDE
+            window with DPM-Solver++; null = Euler (MixGRPO's key and default).
+        dpm_apply_strategy (`str`): `"post"` (the steps after the window, on a grid compressed by
+            `dpm_post_compress_ratio`) or `"all"` (every ODE step, on the sampler's grid).
+        dpm_post_compress_ratio (`float`): `"post"`: the `R` steps after the window become `max(1, round(R * ratio))`.
+        dpm_solver_order (`int`): 1 (= Euler) or 2 (the 2M multistep).
     """
 
     sde_window_size: int | None = None
@@ -115,6 +121,10 @@ class DiffusionRolloutAlgoConfig(SDESamplerConfig):
     iters_per_group: int = 1
     sde_window_seed: int = 0
     init_same_noise: bool = False
+    dpm_algorithm_type: Literal["dpmsolver++"] | None = None
+    dpm_apply_strategy: Literal["post", "all"] = "post"
+    dpm_post_compress_ratio: float = 0.4
+    dpm_solver_order: int = 2
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -280,6 +290,10 @@ class DiffusionRolloutConfig(RolloutConfig):
         return _sampling(val.n, pipeline, algo, model, "val_kwargs.", overrides)
 
 
+_DPM_KEYS = ("dpm_algorithm_type", "dpm_apply_strategy", "dpm_post_compress_ratio", "dpm_solver_order")
+"""MixGRPO-Flash's `rollout.algo.*` keys, passed to `DiffusionSamplingConfig` unchanged (it checks them)."""
+
+
 def _sampling(
     n: int, pipeline: dict[str, Any], algo: dict[str, Any], model: str | None, where: str, overrides: dict[str, Any]
 ) -> DiffusionSamplingConfig:
@@ -349,6 +363,7 @@ def _sampling(
         "sde_window_size": algo["sde_window_size"] or 0,
         "sde_window_range": algo["sde_window_range"] if algo["sde_window_size"] else None,
         "init_same_noise": algo["init_same_noise"],
+        **{key: algo[key] for key in _DPM_KEYS},
         **overrides,
     }
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from verl_omni.config.sampler import SDESamplerConfig
+from verl_omni.schedulers.flow_match_dpm import DPM_ALGORITHM_TYPES, DPM_APPLY_STRATEGIES
 
 __all__ = ["DiffusionSamplingConfig"]
 
@@ -41,6 +42,14 @@ class DiffusionSamplingConfig(SDESamplerConfig):
             step is an exact Euler (ODE) step, and the trajectory holds only the final clean latents
             (`latents_clean`), the timestep grid and the prompt embeddings (for a loss on clean samples,
             `diffusion_nft`); `noise_level` and the window settings are then not used.
+        dpm_algorithm_type (`str`, *optional*): MixGRPO-Flash: `"dpmsolver++"` takes the ODE steps outside the SDE
+            window with DPM-Solver++ (`verl_omni.schedulers.flow_match_dpm`); None = Euler. Only with a window
+            (`calculate_log_probs` and `noise_level > 0`; validation at noise 0 stays Euler) and one window per call.
+        dpm_apply_strategy (`str`, defaults to `"post"`): `"post"`: the steps after the window, on a grid compressed by
+            `dpm_post_compress_ratio` (the steps before it stay Euler); `"all"`: every ODE step, on the sampler's grid.
+        dpm_post_compress_ratio (`float`, defaults to 0.4): `"post"`: the `R` steps after the window become
+            `max(1, round(R * ratio))`, in (0, 1].
+        dpm_solver_order (`int`, defaults to 2): 1 (= Euler) or 2 (the 2M multistep).
 
     Raises:
         ConfigValueError: a value out of range (the message names the key, the value and what is allowed).
@@ -60,6 +69,10 @@ class DiffusionSamplingConfig(SDESamplerConfig):
     max_sequence_length: int = 256
     seed: int | None = None
     calculate_log_probs: bool = True
+    dpm_algorithm_type: str | None = None
+    dpm_apply_strategy: str = "post"
+    dpm_post_compress_ratio: float = 0.4
+    dpm_solver_order: int = 2
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -87,7 +100,25 @@ class DiffusionSamplingConfig(SDESamplerConfig):
                 # the last cps step is deterministic (s = 0): its log-prob is undefined
                 self._require("sde_window_range", rng[1] <= n - 1, f"r1 <= num_inference_steps - 1 = {n - 1} for cps")
         self._require("guidance_scale", self.guidance_scale >= 0, "a float >= 0")
+        self._check_dpm()
         self._require("max_sequence_length", 1 <= self.max_sequence_length <= 1024, "an int in [1, 1024]")
+
+    def _check_dpm(self) -> None:
+        """MixGRPO-Flash's keys: known values, and a rollout they apply to."""
+        types = (None, *DPM_ALGORITHM_TYPES)
+        self._require("dpm_algorithm_type", self.dpm_algorithm_type in types, f"one of {types}")
+        strategies = DPM_APPLY_STRATEGIES
+        self._require("dpm_apply_strategy", self.dpm_apply_strategy in strategies, f"one of {strategies}")
+        ratio = self.dpm_post_compress_ratio
+        self._require("dpm_post_compress_ratio", 0 < ratio <= 1, "a float in (0, 1]")
+        self._require("dpm_solver_order", self.dpm_solver_order in (1, 2), "1 or 2")
+        if self.dpm_algorithm_type is not None:
+            self._require(
+                "dpm_algorithm_type",
+                self.calculate_log_probs and not self.sde_window_per_row,
+                "null with calculate_log_probs=false (no SDE window: a loss on clean samples) or sde_window_per_row "
+                "(one window per row)",
+            )
 
     @property
     def do_cfg(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ from tensordict import TensorDict
 
 from verl_omni.models.base import DiffusionModelBase
 from verl_omni.pipelines.config import DiffusionSamplingConfig
+from verl_omni.schedulers.flow_match_dpm import FlowMatchDPMSolver, post_window_sigmas
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler, draw_sde_window
 from verl_omni.schedulers.settings import setting_code
 
@@ -62,7 +64,9 @@ def sample_with_logprob(
     Steps inside the window `[start, start + K)` use `config.noise_level`; the others are exact Euler (ODE)
     steps. The window is drawn once per call from the first row's generator (no draw when only one start is
     possible, see `draw_sde_window`). With `config.calculate_log_probs=False` every step is Euler and only the
-    clean latents, the timestep grid and the prompt embeddings are recorded.
+    clean latents, the timestep grid and the prompt embeddings are recorded. With `config.dpm_algorithm_type`
+    (MixGRPO-Flash) the ODE steps after the window (`"post"`, on a compressed grid) or all of them (`"all"`) take
+    DPM-Solver++ instead; the window's steps, latents and log-probs are the same as without it.
 
     Args:
         pipe: a loaded `QwenImagePipeline` / `StableDiffusion3Pipeline` (or subclass).
@@ -129,9 +133,14 @@ def sample_with_logprob(
     k = windows[0][1] - windows[0][0]
     window_latents = latents.new_empty(batch, k + 1, *latents.shape[1:])
     window_log_probs = latents.new_zeros(batch, k)
+    # MixGRPO-Flash: DPM-Solver++ outside the window (one window per call); "post" stops the loop at its end
+    flash = None
+    if config.dpm_algorithm_type is not None and k > 0 and config.noise_level > 0:
+        flash = FlowMatchDPMSolver(config.dpm_solver_order)
+    post_from = starts[0] + k if flash is not None and config.dpm_apply_strategy == "post" else steps
 
-    # 5. Denoising loop
-    for i in range(steps):
+    # 5. Denoising loop (then, for "post", the ODE after the window on its compressed grid)
+    for i in range(post_from):
         if should_abort is not None and should_abort():
             raise GenerationAborted(i, steps)
         begins = [r for r in range(batch) if starts[r] == i]
@@ -156,6 +165,10 @@ def sample_with_logprob(
             return_logprobs=stochastic,
         )
         new_latents = out.prev_sample
+        if flash is not None and stochastic:
+            flash.reset()  # the multistep history belongs to one ODE path
+        elif flash is not None:
+            new_latents = flash.step(v, latents, float(sigmas[i]), float(sigmas[i + 1]))
         if stochastic and len(inside) < batch:  # per-row windows: rows outside take the exact Euler step
             euler = scheduler.step(v, t, latents, noise_level=0.0, step_index=i, return_logprobs=False).prev_sample
             keep = torch.zeros(batch, dtype=torch.bool)
@@ -167,6 +180,8 @@ def sample_with_logprob(
             window_latents[inside, [p + 1 for p in pos]] = latents[inside]
             if stochastic:
                 window_log_probs[inside, pos] = out.log_prob[inside].to(window_log_probs.dtype)
+    if post_from < steps:
+        latents = _post_window_ode(adapter, transformer, scheduler, latents, cond, config, post_from, should_abort)
 
     # 6. Decode
     if should_abort is not None and should_abort():
@@ -209,6 +224,36 @@ def sample_with_logprob(
     trajectory = TensorDict(traj, batch_size=[batch], device=dev)
     trajectory.update(cond.to(dev))
     return LogProbPipelineOutput(images=images, trajectory=trajectory)
+
+
+def _post_window_ode(
+    adapter: DiffusionModelBase,
+    transformer: Any,
+    scheduler: FlowMatchSDEDiscreteScheduler,
+    latents: torch.Tensor,
+    cond: Any,
+    config: DiffusionSamplingConfig,
+    start: int,
+    should_abort: Callable[[], bool] | None,
+) -> torch.Tensor:
+    """MixGRPO-Flash's `"post"` strategy: the ODE from the end of the window to σ = 0 with DPM-Solver++.
+
+    The grid is `post_window_sigmas` from step `start`: `max(1, round((N - start) * dpm_post_compress_ratio))`
+    forwards instead of `N - start`.
+    """
+    grid = post_window_sigmas(scheduler.sigmas, start, config.dpm_post_compress_ratio).tolist()
+    solver = FlowMatchDPMSolver(config.dpm_solver_order)
+    batch, scale = latents.shape[0], scheduler.config.num_train_timesteps
+    for sigma, sigma_next in itertools.pairwise(grid):
+        if should_abort is not None and should_abort():
+            raise GenerationAborted(start, config.num_inference_steps)
+        t = torch.full((batch,), sigma * scale, dtype=scheduler.timesteps.dtype, device=latents.device)
+        v = adapter.velocity(
+            transformer, latents, t, cond, guidance_scale=config.guidance_scale, height=config.height,
+            width=config.width,
+        )  # fmt: skip
+        latents = solver.step(v, latents, sigma, sigma_next)
+    return latents
 
 
 def _clean_trajectory(
