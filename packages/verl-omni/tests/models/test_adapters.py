@@ -193,6 +193,22 @@ def test_sd3_plain_cfg(tiny_sd3_pipe):
 
 
 @pytest.mark.parametrize("model", ["qwen_image", "sd3"])
+def test_cfg_conditioning_holds_the_negative_prompts_own_encoding(model, request):
+    """`encode_prompts(do_cfg=True)` stores, under `negative_<key>`, what encoding the negative prompt alone gives.
+
+    Mutation run by hand: `DiffusionModelBase.prompt_batch` storing the positive embeddings as the negative ones
+    (`out[key]` for `value`): FAILED here for both models, while the CFG and stock-parity tests still passed.
+    """
+    pipe = request.getfixturevalue(f"tiny_{model}_pipe")
+    adapter, kw = pipe.adapter, {"max_sequence_length": 32, "device": "cpu"}
+    cond = adapter.encode_prompts(pipe, ["a cat", "two dogs"], negative_prompt="blurry", do_cfg=True, **kw)
+    alone = adapter.encode_prompts(pipe, ["blurry", "blurry"], negative_prompt=None, do_cfg=False, **kw)
+    assert list(cond.keys()) == [*adapter.cond_keys, *adapter.negative_cond_keys]
+    for key, negative_key in zip(adapter.cond_keys, adapter.negative_cond_keys, strict=True):
+        torch.testing.assert_close(cond[negative_key], alone[key])
+
+
+@pytest.mark.parametrize("model", ["qwen_image", "sd3"])
 def test_decode_returns_uint8(model, request):
     pipe = request.getfixturevalue(f"tiny_{model}_pipe")
     latents = torch.randn(2, *pipe.adapter.latent_shape(64, 64), generator=torch.Generator().manual_seed(0))
