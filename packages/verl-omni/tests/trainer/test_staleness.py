@@ -90,3 +90,138 @@ def test_importance_weights_are_one_at_lag_zero_and_truncated_beyond():
     assert metrics["rollout_corr/logprob_gap_lag0"] == pytest.approx(0.25)
     assert metrics["rollout_corr/logprob_gap_lag1"] == pytest.approx(2.0)
     assert metrics["rollout_corr/is_truncated_frac"] == 0.5
+
+
+class _FakeQueue:
+    """`ray.util.queue.Queue`'s surface over a stdlib queue (no Ray needed)."""
+
+    def __init__(self, maxsize: int = 0, actor_options=None) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize)
+
+    def put(self, item, block=True, timeout=None):
+        from ray.util.queue import Full
+
+        try:
+            self.q.put(item, block, timeout)
+        except queue.Full as e:
+            raise Full from e
+
+    def get(self, block=True, timeout=None):
+        return self.q.get(block, timeout)
+
+    def qsize(self) -> int:
+        return self.q.qsize()
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _FakeRollout:
+    """Generates instantly with the version it serves; records each request's version."""
+
+    def __init__(self) -> None:
+        import types
+
+        self.served, self.requests = 0, []
+        self.config = types.SimpleNamespace(request_timeout_s=5)
+
+    def generate(self, records, sampling, seed):
+        self.requests.append((seed, self.served))
+        n = 2 * len(records)
+        return TensorDict(
+            {
+                "prompt_index": torch.arange(len(records)).repeat_interleave(2),
+                "weight_version": torch.full((n,), self.served),
+                "server_rank": torch.zeros(n, dtype=torch.int64),
+            },
+            [n],
+        )
+
+    def weight_targets(self):
+        return ["http://127.0.0.1:1"]
+
+
+class _Prompts:
+    def __init__(self) -> None:
+        self.drawn = 0
+
+    def next_batch(self):
+        self.drawn += 1
+        return [f"p{self.drawn}a", f"p{self.drawn}b"]
+
+    def state_dict(self):
+        return {"drawn": self.drawn}
+
+
+def test_the_producer_runs_at_most_threshold_versions_ahead_and_pushes_wait_for_the_request(monkeypatch):
+    import time
+
+    import ray.util.queue
+
+    from verl_omni.trainer.separate_rollout import SeparateRollout
+
+    monkeypatch.setattr(ray.util.queue, "Queue", _FakeQueue)
+    rollout = _FakeRollout()
+    producer = SeparateRollout(
+        rollout, _Prompts(), lambda k: (None, 0, k), threshold=1, queue_size=100, version=0, first_batch=1
+    )
+    producer.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(rollout.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # batch 3 would need version >= 1: it must not start
+        assert rollout.requests == [(1, 0), (2, 0)]
+        with producer.pause():  # the push: the producer is between requests
+            rollout.served = 1
+            producer.set_version(1)
+        while len(rollout.requests) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert rollout.requests == [(1, 0), (2, 0), (3, 1)]
+        groups = [producer.queue.get() for _ in range(6)]
+        assert [(g.batch_index, g.version) for g in groups] == [(1, 0), (1, 0), (2, 0), (2, 0), (3, 1), (3, 1)]
+        assert [g.sampler_state for g in groups[:2]] == [None, {"drawn": 1}]  # the batch's last group carries it
+        producer.check()  # no failure
+    finally:
+        producer.stop()
+
+
+class _SlowRollout(_FakeRollout):
+    """Each request takes a while; `in_flight` tells whether one is running."""
+
+    in_flight = False
+
+    def generate(self, records, sampling, seed):
+        import time
+
+        self.in_flight = True
+        time.sleep(0.05)
+        out = super().generate(records, sampling, seed)
+        self.in_flight = False
+        return out
+
+
+def test_a_pause_holds_the_rollout_between_two_requests(monkeypatch):
+    import time
+
+    import ray.util.queue
+
+    from verl_omni.trainer.separate_rollout import SeparateRollout
+
+    monkeypatch.setattr(ray.util.queue, "Queue", _FakeQueue)
+    rollout = _SlowRollout()
+    producer = SeparateRollout(
+        rollout, _Prompts(), lambda k: (None, 0, k), threshold=1000, queue_size=1000, version=0, first_batch=1
+    )
+    producer.start()
+    try:
+        for _ in range(5):  # the producer generates back to back; each pause lands between two requests
+            time.sleep(0.07)
+            with producer.pause():
+                assert not rollout.in_flight
+                before = len(rollout.requests)
+                time.sleep(0.1)
+                assert not rollout.in_flight and len(rollout.requests) == before
+    finally:
+        producer.stop()

@@ -308,10 +308,14 @@ def _use_gpu(config: DiffusionTrainerConfig, resources: dict[str, float]) -> boo
     device = config.trainer.device
     if device == "cpu":
         return False
-    enough = resources.get("GPU", 0) >= config.trainer.world_size
+    need, what = config.trainer.world_size, "trainer.nnodes x trainer.n_gpus_per_node"
+    rollout = config.actor_rollout_ref.rollout
+    if config.trainer.mode == "separate":  # the rollout's own pool holds GPUs of its own
+        need += rollout.nnodes * rollout.n_gpus_per_node
+        what += " + actor_rollout_ref.rollout.nnodes x n_gpus_per_node"
+    enough = resources.get("GPU", 0) >= need
     if device == "cuda" and not enough:
         raise ValueError(
-            f"trainer.device=cuda: the Ray cluster has {resources.get('GPU', 0):g} GPUs, the run needs "
-            f"trainer.nnodes x trainer.n_gpus_per_node = {config.trainer.world_size}"
+            f"trainer.device=cuda: the Ray cluster has {resources.get('GPU', 0):g} GPUs, the run needs {what} = {need}"
         )
     return enough
