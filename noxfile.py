@@ -175,10 +175,16 @@ def quickstart(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def benchmarks(session: nox.Session) -> None:
-    """Run the CPU benchmarks under benchmarks/ (ratio figures; pass a file name to run one)."""
+    """CPU no-regression gate vs benchmarks/baseline_cpu.json (posargs: gate flags, a bench_*.py file, or --all)."""
     _install_all_editable(session)
     session.install("matplotlib", "tqdm")
-    scripts = session.posargs or sorted(str(p) for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    gate = str(ROOT / "benchmarks" / "regression_gate.py")
+    if not session.posargs or (session.posargs[0].startswith("--") and session.posargs != ["--all"]):
+        session.run("python", gate, *session.posargs)  # e.g. --self-test, --write-baseline, --repeats 15
+        return
+    scripts = session.posargs
+    if scripts == ["--all"]:
+        scripts = sorted(str(p) for p in (ROOT / "benchmarks").glob("bench_*.py"))
     for script in scripts:
         session.run("python", script)
 

@@ -13,7 +13,7 @@ in the device's free memory, measured just before the engine's first forward:
 with `gathered` the whole model in the compute dtype (every block held at once instead of one at a time),
 `activations` what one micro-batch saves for its backward (`activation_bytes`: 34 bytes per token, hidden unit and
 layer in bf16, the usual estimate for a transformer layer with a fused attention kernel; the block inputs only with
-gradient checkpointing) and `gradients` the sharded fp32 gradients of full fine-tuning (0 with LoRA). Half the free
+gradient checkpointing) and `gradients` the rank's fp32 shard of the trainable ones (LoRA: the adapter's). Half the free
 memory leaves room for the allocator's fragmentation, the optimizer step and the rollout waking up. On the CPU
 (gloo), or when the free memory is unknown, it reshards (True). An explicit true/false always decides.
 """
