@@ -50,3 +50,14 @@ def test_activation_bytes_by_hand():
     assert activation_bytes(cfg, tokens=10, samples=4, elem_bytes=2, checkpointing=False) == 1280 * 17 * 4
     # checkpointing: one block input per layer + one block's full set
     assert activation_bytes(cfg, tokens=10, samples=4, elem_bytes=2, checkpointing=True) == 1280 * (4 + 17)
+
+
+def test_an_engine_built_with_null_reshard_after_forward_reshards_every_unit(make_engine):
+    # built directly (no ActorWorker to resolve it): null reshards, the root included (torch's None would not)
+    from torch.distributed.fsdp import FSDPModule
+
+    engine = make_engine()
+    assert engine.config.fsdp_config.reshard_after_forward is None
+    units = [m for m in engine.module.modules() if isinstance(m, FSDPModule)]
+    assert engine.module in units and len(units) > 1
+    assert all(g.post_forward_mesh_info is not None for m in units for g in m._get_fsdp_state()._fsdp_param_groups)
