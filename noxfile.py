@@ -79,7 +79,7 @@ def _sibling_closure(name: str) -> list[str]:
 
 def _install_all_editable(session: nox.Session) -> None:
     # grimp: .ci/tests/test_import_graph.py measures import circles with it (import-linter builds on it too)
-    session.install(*CONSTRAINTS, "pytest>=8", "pytest-timeout", "hypothesis>=6", "grimp>=3.5")
+    session.install(*CONSTRAINTS, "pytest>=8", "pytest-timeout", "pytest-xdist>=3.6", "hypothesis>=6", "grimp>=3.5")
     editable = [arg for d in DIST_DIRS for arg in ("-e", f"{d}[test]")]
     session.install(*CONSTRAINTS, *editable)
 
@@ -96,12 +96,18 @@ def lint(session: nox.Session) -> None:
     session.run("actionlint", *workflows)
 
 
+# pytest-xdist: two processes, each takes a whole test file at a time (module-scoped fixtures, e.g. a file's local
+# Ray or its shared trainer run, stay in one process). The trainer tests' Ray workers run one thread each and wait on
+# each other, so two files overlap well on CI's two cores. `-n 0` in posargs runs everything in one process.
+XDIST = ("-n", "2", "--dist", "loadfile")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Every dist's test suite in one environment (GPU tests skip without CUDA); posargs go to pytest."""
+    """Every dist's test suite in one env on 2 xdist workers (GPU tests skip without CUDA); posargs go to pytest."""
     _install_all_editable(session)
     targets = session.posargs or [*(f"{d}/tests" for d in DIST_DIRS if (ROOT / d / "tests").is_dir()), ".ci/tests"]
-    _pytest(session, *targets)
+    _pytest(session, *XDIST, *targets)
 
 
 def _pytest(session: nox.Session, *args: str, allow_empty: bool = False) -> None:
