@@ -89,7 +89,7 @@ class DiffusionRolloutAlgoConfig(SDESamplerConfig):
 
     Args:
         noise_level (`float`): `a` inside the SDE window (default and check: `SDESamplerConfig`).
-        sde_type (`str`): `"sde"` (Flow-SDE) or `"cps"` (coefficients-preserving; `SDESamplerConfig`).
+        sde_type (`str`): `"sde"` (Flow-SDE), `"cps"` (coefficients-preserving) or `"dance_sde"` (`SDESamplerConfig`).
         sde_window_size (`int`, *optional*): K stochastic (trained) steps; null = all steps but the last.
         sde_window_range (`list[int]`, *optional*): `[r0, r1]`, the envelope of the window: each training step
             places one window start in `{r0 .. r1 - K}` (`sample_strategy`) and pins it for every request of that
@@ -156,7 +156,7 @@ class DiffusionValAlgoConfig(BaseConfig):
     """
 
     noise_level: float | None = 0.0
-    sde_type: Literal["sde", "cps"] | None = None
+    sde_type: Literal["sde", "cps", "dance_sde"] | None = None
     sde_window_size: int | None = None
     sde_window_range: list[int] | None = None
     sde_contiguous: bool | None = None

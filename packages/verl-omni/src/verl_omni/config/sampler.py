@@ -17,10 +17,11 @@ from verl_core.config import BaseConfig
 
 __all__ = ["CPS_LOGPROB_VALUES", "SDE_TYPE_VALUES", "SDESamplerConfig", "check_noise_level", "noise_level_problem"]
 
-SDEType = Literal["sde", "cps"]
+SDEType = Literal["sde", "cps", "dance_sde"]
 CPSLogProb = Literal["exact", "legacy"]
 SDE_TYPE_VALUES: tuple[str, ...] = typing.get_args(SDEType)
-"""`"sde"` (Flow-SDE) and `"cps"` (coefficients-preserving); their order is the trajectory's stored code."""
+"""`"sde"` (Flow-SDE), `"cps"` (coefficients-preserving) and `"dance_sde"` (DanceGRPO's constant-η SDE); their order is
+the trajectory's stored code (append, never reorder)."""
 CPS_LOGPROB_VALUES: tuple[str, ...] = typing.get_args(CPSLogProb)
 """`"exact"` and `"legacy"` (the tempered cps log-prob of older releases); their order is the stored code."""
 
@@ -56,8 +57,8 @@ class SDESamplerConfig(BaseConfig):
         noise_level (`float`, defaults to 1.0): `a` inside the SDE window; 0 = the deterministic ODE. The default is
             the one the trainer has always sampled with (`rollout.algo.noise_level: 1.0`); validation overrides it
             with `rollout.val_kwargs.algo.noise_level` (0.0).
-        sde_type (`str`, defaults to `"sde"`): `"sde"` (Flow-SDE) or `"cps"` (coefficients-preserving, needs
-            `noise_level` in [0, 1]).
+        sde_type (`str`, defaults to `"sde"`): `"sde"` (Flow-SDE), `"cps"` (coefficients-preserving, needs
+            `noise_level` in [0, 1]) or `"dance_sde"` (DanceGRPO's SDE, step std `η·√(σ − σ')`).
         cps_logprob (`str`, defaults to `"exact"`): `"exact"` or `"legacy"` (the tempered cps log-prob, factor 2s²).
 
     Raises:

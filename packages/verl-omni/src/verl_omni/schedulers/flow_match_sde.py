@@ -47,7 +47,7 @@ class FlowMatchSDESchedulerOutput(BaseOutput):
         prev_sample_mean (`torch.Tensor` of shape `(batch_size, *latent_shape)`, float32):
             The transition mean `μ` (differentiable w.r.t. `model_output`).
         std_dev_t (`torch.Tensor` of shape `(batch_size,)`, float32):
-            `σ_t = a·sqrt(σ/(1−σ̃))` for sde (NOT the transition std), the transition std `s` for cps.
+            `σ_t = a·sqrt(σ/(1−σ̃))` for sde (NOT the transition std), the transition std `s` for cps and dance_sde.
         std (`torch.Tensor` of shape `(batch_size,)`, float32):
             The transition std `s` (per element), for both sde types.
     """
@@ -84,7 +84,8 @@ def sde_transition(
         sigma_next (`torch.Tensor`, scalar or `(B,)`): next noise level `σ'`.
         sigma_one (`torch.Tensor`, scalar or `(B,)`): the second schedule sigma, used for `σ̃` when `σ == 1`.
         noise_level (`float`): `a`; 0 gives the exact Euler step.
-        sde_type (`str`): `"sde"` (Flow-SDE) or `"cps"` (coefficients-preserving sampling).
+        sde_type (`str`): `"sde"` (Flow-SDE), `"cps"` (coefficients-preserving sampling) or `"dance_sde"`
+            (DanceGRPO: the `sde` mean with `std_dev_t := η`, step std `s = η·√(σ − σ')`, returned as `std_dev_t`).
 
     Returns:
         `(mean, s, std_dev_t)` where `s` and `std_dev_t` have the shape of `sigma`.
@@ -108,6 +109,10 @@ def sde_transition(
         x0 = sample - sig * model_output
         x1 = sample + (1.0 - sig) * model_output
         mean = (1.0 - sig_next) * x0 + _expand(r, sample) * x1
+        return mean, s, s
+    if sde_type == "dance_sde":
+        s = noise_level * torch.sqrt(sigma - sigma_next)
+        mean = sample + dt * model_output + (noise_level**2 * dt / (2.0 * sig)) * (sample + (1.0 - sig) * model_output)
         return mean, s, s
     raise ValueError(f"sde_type: expected one of {SDE_TYPES}, got {sde_type!r}")
 
@@ -140,7 +145,7 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
             Default `a` used when `step(noise_level=None)`. This default and the two below are
             `verl_omni.config.SDESamplerConfig`'s, the one home of the sampler settings.
         sde_type (`str`, defaults to `"sde"`):
-            Default transition, `"sde"` or `"cps"`.
+            Default transition, `"sde"`, `"cps"` or `"dance_sde"`.
         cps_logprob (`str`, defaults to `"exact"`):
             `"exact"` Gaussian log-density, or `"legacy"` = `-mean((x'-μ)²)` as FG+/verl/verl-omni computed it.
         sde_window_size (`int`, defaults to 0):
@@ -264,7 +269,7 @@ class FlowMatchSDEDiscreteScheduler(FlowMatchEulerDiscreteScheduler):
             per_token_timesteps: not supported (must be `None`).
             return_dict (`bool`, defaults to `True`): return the dataclass, else a tuple in field order.
             noise_level (`float`, *optional*): `a`; defaults to `config.noise_level`; 0 = Euler step.
-            sde_type (`str`, *optional*): `"sde"` | `"cps"`; defaults to `config.sde_type`.
+            sde_type (`str`, *optional*): `"sde"` | `"cps"` | `"dance_sde"`; defaults to `config.sde_type`.
             prev_sample (`torch.Tensor` of shape `(B, *latent_shape)`, *optional*): when given, it is scored
                 (detached) instead of drawing a new sample.
             return_logprobs (`bool`, defaults to `True`): compute `log_prob`.

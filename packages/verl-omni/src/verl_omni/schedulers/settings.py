@@ -6,7 +6,7 @@ indexing, `torch.cat`, Ray and binary wire formats, strings do not):
 
 | trajectory key | tuple | codes |
 |---|---|---|
-| `"sde_type"` | `SDE_TYPES` | 0 = `"sde"`, 1 = `"cps"` |
+| `"sde_type"` | `SDE_TYPES` | 0 = `"sde"`, 1 = `"cps"`, 2 = `"dance_sde"` |
 | `"cps_logprob"` | `CPS_LOGPROBS` | 0 = `"exact"`, 1 = `"legacy"` |
 
 The order of each tuple is part of the stored format: append, never reorder.
