@@ -61,7 +61,7 @@ def _trainer(tiny_qwen_image_path, serves_pushed: bool, overrides=()):
     config = load_config([f"actor_rollout_ref.model.path={tiny_qwen_image_path}", *overrides], config_name="quickstart")
     trainer = FlowGRPOTrainer(config)
     actor, rollout = _Actor(serves_pushed), _Rollout()
-    trainer.c = TrainerComponents(
+    trainer.components = TrainerComponents(
         actor=actor, rollout=rollout, reward=None, prompts=None, val_records=[], tracker=None,
         checkpoints=None, total_steps=1, device="cpu",
     )  # fmt: skip
@@ -167,7 +167,7 @@ def test_init_ray_starts_a_private_local_instance_unless_an_address_is_given(mon
 
 
 def test_request_overhead_is_the_round_trip_minus_the_server_latency():
-    from verl_omni.trainer.rollout import request_overhead_metrics
+    from verl_omni.trainer.colocated_rollout import request_overhead_metrics
 
     got = request_overhead_metrics([1.0, 2.0], [0.9, 1.5])
     assert got["timing_s/gen_request_overhead"] == pytest.approx(0.3)
@@ -178,7 +178,7 @@ def test_request_overhead_is_the_round_trip_minus_the_server_latency():
 
 def test_auto_grouping_sends_one_prompt_a_request_on_backends_without_prompt_lists():
     from verl_omni.config import DiffusionRolloutConfig
-    from verl_omni.trainer.rollout import prompts_per_request
+    from verl_omni.trainer.colocated_rollout import prompts_per_request
 
     def grouping(name: str, value: int) -> int:
         return prompts_per_request(DiffusionRolloutConfig(name=name, agent={"prompts_per_request": value}))
@@ -189,7 +189,7 @@ def test_auto_grouping_sends_one_prompt_a_request_on_backends_without_prompt_lis
 
 
 def test_request_overhead_counts_each_request_once():
-    from verl_omni.trainer.rollout import per_request, request_overhead_metrics
+    from verl_omni.trainer.colocated_rollout import per_request, request_overhead_metrics
 
     # three prompts in two requests (2 + 1): the 2-prompt request's times are listed twice, counted once
     client = per_request([1.0, 1.0, 3.0], [0, 0, 1])

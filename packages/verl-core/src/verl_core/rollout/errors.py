@@ -51,7 +51,12 @@ class ConflictError(RolloutError):
 
 
 class WeightSyncError(BadRequestError):
-    """An `update_weights` payload is wrong: unknown tensor name, wrong shape or dtype, truncated stream."""
+    """A weight sync failed (the one weight-sync error of the project).
+
+    Either a wrong `update_weights` payload (unknown tensor name, wrong shape or dtype, truncated stream; answered with
+    422), or, raised by the trainer after a sync, a rollout server that does not serve the weight version or tensors
+    the actor pushed (names the server rank); `verl_omni.trainer.flow_grpo_trainer.WeightSyncError` is this class.
+    """
 
 
 class NotReadyError(RolloutError):

@@ -20,8 +20,8 @@ from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.data import PromptDataset, PromptSampler
 from verl_omni.trainer.checkpoint import CheckpointManager, run_signature
 from verl_omni.trainer.config import DiffusionTrainerConfig
+from verl_omni.trainer.interfaces import ActorRanks, MetricsTracker, PromptSource, RewardScorer, RolloutService
 from verl_omni.trainer.placement import COLOCATED_SHARE, ResourcePool, init_ray
-from verl_omni.trainer.protocols import ActorRanks, MetricsTracker, PromptSource, RewardScorer, RolloutService
 from verl_omni.trainer.tracking import Tracking, check_loggers
 from verl_omni.trainer.workers import ActorGroup, ActorWorker
 
@@ -139,7 +139,7 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
 
 @dataclasses.dataclass
 class TrainerComponents:
-    """Everything `FlowGRPOTrainer` drives (see `verl_omni.trainer.protocols`)."""
+    """Everything `FlowGRPOTrainer` drives (see `verl_omni.trainer.interfaces`)."""
 
     actor: ActorRanks
     rollout: RolloutService
@@ -164,7 +164,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
     import ray
 
     from verl_omni.reward import build_reward_manager
-    from verl_omni.trainer.rollout import ColocatedRollout
+    from verl_omni.trainer.colocated_rollout import ColocatedRollout
 
     config = prepared.config
     trainer, arr, data = config.trainer, config.actor_rollout_ref, config.data

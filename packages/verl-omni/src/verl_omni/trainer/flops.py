@@ -116,12 +116,12 @@ class StageFlops:
         """The counter of a `DiffusionTrainerConfig` whose actor ranks run on `device` (MFU only on `cuda`)."""
         from verl_omni.algos import loss_spec
 
-        arr, trainer = config.actor_rollout_ref, config.trainer
+        model, actor, trainer = config.actor_rollout_ref.model, config.actor_rollout_ref.actor, config.trainer
         return cls.for_folder(
-            arr.model.path,
-            lora=arr.model.use_lora,
-            ppo_epochs=arr.actor.ppo_epochs,
-            count_update=loss_spec(arr.actor.diffusion_loss.loss_mode).needs_log_probs,
+            model.path,
+            lora=model.use_lora,
+            ppo_epochs=actor.ppo_epochs,
+            count_update=loss_spec(actor.diffusion_loss.loss_mode).needs_log_probs,
             devices=trainer.nnodes * trainer.n_gpus_per_node,
             peak_tflops=trainer.peak_tflops if device == "cuda" else None,
         )

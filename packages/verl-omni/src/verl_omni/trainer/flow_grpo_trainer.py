@@ -5,7 +5,7 @@ agent loop's requests to the `RolloutReplica`'s HTTP servers) → the rollout sl
 old log-probs (recomputed; fused into an on-policy update; or the rollout's in bypass mode) → reference transition
 means (with the KL term) → policy update → the rollout wakes and actor rank 0 streams the new weights to every
 server (`update_weights`, in memory) → validation every `trainer.test_freq` → checkpoint every
-`trainer.save_freq` → metrics. The components it drives are `Protocol`s (`verl_omni.trainer.protocols`), built by
+`trainer.save_freq` → metrics. The components it drives are `Protocol`s (`verl_omni.trainer.interfaces`), built by
 `verl_omni.trainer.components.build_components` unless handed in.
 """
 
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import torch
 from tensordict import TensorDict
 
+from verl_core.rollout.errors import WeightSyncError  # re-exported: the trainer's served-weights check raises it
 from verl_omni.algos import (
     apply_adv_mode,
     compute_flow_grpo_advantages,
@@ -50,10 +51,6 @@ logger = logging.getLogger(__name__)
 
 _STEP_SEED_STRIDE = 1_000_003  # > prompts x n of any step: request seeds of two steps never overlap
 _VAL_SEED_OFFSET = 7_777_777  # validation noise is the same at every validation, so samples are comparable
-
-
-class WeightSyncError(RuntimeError):
-    """A rollout server does not serve the weight version the actor pushed last (names the server rank)."""
 
 
 class FlowGRPOTrainer:
@@ -128,7 +125,7 @@ class FlowGRPOTrainer:
         self.consumer: GroupConsumer | None = None
         self.history: list[dict[str, float]] = []
         self.val_images: dict[int, torch.Tensor] = {}
-        self.c: TrainerComponents | None = None
+        self.components: TrainerComponents | None = None
         self._progress = None
 
     # ---- setup --------------------------------------------------------------------------------------------
@@ -141,7 +138,7 @@ class FlowGRPOTrainer:
             CheckpointConflictError: `trainer.default_local_dir` holds checkpoints of another run, or newer ones than
                 the one resumed from, or this run starts fresh beside some (`CheckpointManager.check_resume`).
         """
-        self.c = components
+        self.components = components
         trainer = self.config.trainer
         needs_val = trainer.val_before_train or trainer.val_only or trainer.test_freq > 0
         if needs_val and not components.val_records:
@@ -640,7 +637,7 @@ class FlowGRPOTrainer:
         if self.separate is not None:
             self.separate.stop()  # before the servers go: the thread ends after its request in flight
             self.separate = None
-        c, self.c = self.c, None
+        c, self.components = self.components, None
         if c is None:
             return
         for close in (c.tracker.close, c.reward.close, c.release):
@@ -655,9 +652,9 @@ class FlowGRPOTrainer:
         return reward_model.awake(what) if reward_model is not None else contextlib.nullcontext()
 
     def _components(self) -> TrainerComponents:
-        if self.c is None:
+        if self.components is None:
             raise RuntimeError("FlowGRPOTrainer: call setup() first")
-        return self.c
+        return self.components
 
 
 def _adapter_name(path: str) -> str | None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from verl_omni.trainer.rollout import RolloutServiceError
+from verl_omni.trainer.colocated_rollout import RolloutServiceError
 from verl_omni.trainer.staleness import VersionedGroup
 
 __all__ = ["SeparateRollout"]
