@@ -242,7 +242,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results = [json.loads(pathlib.Path(p).read_text()) for p in args.chart]
         merged = dict(results[0], models={k: v for r in results for k, v in r["models"].items()})
         print_report(merged)
-        print("wrote", ", ".join(charts([merged], out)))
+        merged["charts"] = charts([merged], out)
+        path = out / f"growth_{merged['device']}_{'_'.join(merged['models'])}.json"
+        path.write_text(json.dumps(merged, indent=1, default=str))
+        print(f"wrote {path} and {', '.join(merged['charts'])}")
         return merged
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     kind = "cpu" if args.preset == "tiny" or device.type == "cpu" else "cuda"
