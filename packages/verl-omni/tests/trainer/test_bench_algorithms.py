@@ -69,4 +69,5 @@ def test_reward_at_budget_averages_the_last_steps_finished_in_time():
     summary = bench.summarize(rows)
     assert summary["cumulative_s"] == [9.0, 11.0, 14.0]
     assert summary["step_s"] == 2.5  # the median after the warm-up step
+    assert summary["min_step_s"] == 2.0  # the ratios to FlowGRPO use the fastest step (a shared machine's noise)
     assert summary["images_per_s"] == pytest.approx(32 / 2.5)
