@@ -192,7 +192,7 @@ class WanAdapter(DiffusionModelBase):
 
         v = forward(cond["prompt_embeds"])
         if guidance_scale > 1:
-            if "negative_prompt_embeds" not in cond:
+            if "negative_prompt_embeds" not in cond.keys():  # noqa: SIM118 - some TensorDict versions refuse `in`
                 raise ValueError(
                     f"guidance_scale: {guidance_scale} asks for CFG but the conditioning has no negative_prompt_embeds "
                     "(encode the prompts with do_cfg=True)"
