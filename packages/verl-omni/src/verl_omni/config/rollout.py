@@ -20,7 +20,7 @@ from verl_omni.config.actor import torch_dtype_name
 from verl_omni.config.sampler import SDESamplerConfig
 
 if TYPE_CHECKING:
-    from verl_omni.pipelines.config import DiffusionSamplingConfig
+    from verl_omni.config.sampling import DiffusionSamplingConfig
 
 __all__ = [
     "GUIDANCE_KEY",
@@ -308,7 +308,7 @@ def _sampling(
     all steps but the last), and then `sde_window_range` is not passed on (it only places a window).
     """
     from verl_core.config.errors import ConfigValueError
-    from verl_omni.pipelines.config import DiffusionSamplingConfig
+    from verl_omni.config.sampling import DiffusionSamplingConfig
 
     key = GUIDANCE_KEY.get(model or "")
     true_cfg, guidance = pipeline["true_cfg_scale"], pipeline["guidance_scale"]

@@ -15,7 +15,15 @@ from typing import Literal
 
 from verl_core.config import BaseConfig
 
-__all__ = ["CPS_LOGPROB_VALUES", "SDE_TYPE_VALUES", "SDESamplerConfig", "check_noise_level", "noise_level_problem"]
+__all__ = [
+    "CPS_LOGPROB_VALUES",
+    "DPM_ALGORITHM_TYPES",
+    "DPM_APPLY_STRATEGIES",
+    "SDE_TYPE_VALUES",
+    "SDESamplerConfig",
+    "check_noise_level",
+    "noise_level_problem",
+]
 
 SDEType = Literal["sde", "cps", "dance_sde"]
 CPSLogProb = Literal["exact", "legacy"]
@@ -24,6 +32,13 @@ SDE_TYPE_VALUES: tuple[str, ...] = typing.get_args(SDEType)
 the trajectory's stored code (append, never reorder)."""
 CPS_LOGPROB_VALUES: tuple[str, ...] = typing.get_args(CPSLogProb)
 """`"exact"` and `"legacy"` (the tempered cps log-prob of older releases); their order is the stored code."""
+
+
+DPM_ALGORITHM_TYPES: tuple[str, ...] = ("dpmsolver++",)
+"""Values of `rollout.algo.dpm_algorithm_type` besides null (MixGRPO's names; its `dpmsolver` is not implemented)."""
+
+DPM_APPLY_STRATEGIES: tuple[str, ...] = ("post", "all")
+"""`post`: the ODE steps after the SDE window, on a compressed grid; `all`: every ODE step, on the sampler's grid."""
 
 
 def noise_level_problem(noise_level: float, sde_type: str) -> str | None:

@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from verl_omni.config.sampler import DPM_ALGORITHM_TYPES, DPM_APPLY_STRATEGIES
+
 __all__ = [
     "DPM_ALGORITHM_TYPES",
     "DPM_APPLY_STRATEGIES",
@@ -30,11 +32,7 @@ __all__ = [
     "post_window_sigmas",
 ]
 
-DPM_ALGORITHM_TYPES: tuple[str, ...] = ("dpmsolver++",)
-"""Values of `rollout.algo.dpm_algorithm_type` besides null (MixGRPO's names; its `dpmsolver` is not implemented)."""
-
-DPM_APPLY_STRATEGIES: tuple[str, ...] = ("post", "all")
-"""`post`: the ODE steps after the SDE window, on a compressed grid; `all`: every ODE step, on the sampler's grid."""
+# DPM_ALGORITHM_TYPES, DPM_APPLY_STRATEGIES: defined with the other sampler settings in verl_omni.config.sampler
 
 
 def _half_log_snr(sigma: float) -> float:
