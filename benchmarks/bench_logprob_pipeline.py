@@ -28,6 +28,7 @@ from verl_omni.pipelines import (
     StableDiffusion3PipelineWithLogProb,
     make_generators,
 )
+from verl_omni.pipelines.load import load_pipeline
 from verl_omni.testing import build_tiny_pipeline
 
 PROMPTS = [
@@ -80,7 +81,7 @@ def main() -> None:
     cls = QwenImagePipelineWithLogProb if args.model == "qwen_image" else StableDiffusion3PipelineWithLogProb
     with tempfile.TemporaryDirectory(prefix=f"bench_{args.model}_{args.preset}_") as folder:
         build_tiny_pipeline(args.model, folder, preset=args.preset, seed=0, torch_dtype=dtype)
-        pipe = cls.from_pretrained(folder, dtype=dtype).to(args.device)
+        pipe = load_pipeline(cls, folder, dtype).to(args.device)
     pipe.set_progress_bar_config(disable=True)
     n_params = sum(p.numel() for p in pipe.transformer.parameters())
     prompts = (PROMPTS * ((batch + len(PROMPTS) - 1) // len(PROMPTS)))[:batch]

@@ -249,10 +249,12 @@ class FlowGRPOBaseline:
     def __init__(self, folder: pathlib.Path, w: Workload, device: torch.device, dtype: torch.dtype) -> None:
         from diffusers import StableDiffusion3Pipeline
 
+        from verl_omni.pipelines.load import load_pipeline
+
         self.w, self.device, self.dtype = w, device, dtype
         # VAE in the compute dtype too: the stock pipeline feeds it latents of that dtype (flow_grpo keeps an fp32
         # VAE and casts; with this small random VAE the difference is not measurable)
-        self.pipe = StableDiffusion3Pipeline.from_pretrained(folder, dtype=dtype).to(device)
+        self.pipe = load_pipeline(StableDiffusion3Pipeline, folder, dtype).to(device)
         self.pipe.set_progress_bar_config(disable=True)
 
     def attach_lora(self) -> None:

@@ -14,6 +14,7 @@ from tensordict import TensorDict
 
 from verl_omni.models.base import get_class
 from verl_omni.pipelines import LOGPROB_PIPELINES, DiffusionSamplingConfig
+from verl_omni.pipelines.load import load_pipeline
 from verl_omni.rollout import lora_merge
 from verl_omni.rollout.host_offload import HostOffload
 from verl_omni.rollout.staging import staged_to_device
@@ -105,7 +106,7 @@ class DiffusersRolloutEngine:
         adapter_cls = get_class(class_name, external_lib)
         pipeline_cls = LOGPROB_PIPELINES.get(adapter_cls.name)
         self.device = torch.device(device)
-        self.pipeline = pipeline_cls.from_pretrained(self.model_path, dtype=dtype).to(self.device)
+        self.pipeline = load_pipeline(pipeline_cls, self.model_path, dtype).to(self.device)
         self.pipeline.set_progress_bar_config(disable=True)
         self.compiled_blocks = compile_transformer_blocks(self.pipeline.transformer) if compile_blocks else 0
         self.sampling = sampling or DiffusionSamplingConfig()
