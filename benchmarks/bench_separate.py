@@ -4,9 +4,10 @@ Each variant is one `verl-omni-train` run in this process (its own private local
 Qwen-Image, 4 prompts x 8 images, LoRA, fp32) for `--warmup + --steps` steps; the figures are medians over the
 measured steps of the run folder's `metrics.jsonl`. Variants:
 
-    colocated      the default loop (the rollout sleeps while the actor trains)
-    separate-lag0  trainer.mode=separate, max_off_policy_threshold=0: the same schedule through the queue (its cost)
-    separate-lag1  threshold 1: the rollout generates the next batch while the actor trains
+    colocated        the default loop (the rollout sleeps while the actor trains)
+    colocated-awake  the same with free_cache_engine=false (no sleep/wake: the fair baseline of the queue's cost)
+    separate-lag0    trainer.mode=separate, max_off_policy_threshold=0: the same schedule through the queue (its cost)
+    separate-lag1    threshold 1: the rollout generates the next batch while the actor trains
 
 On one device (or the 2-core CPU) the separate mode cannot run rollout and training on different devices, so what
 this measures is the queue, the version gate and the extra Ray actors, plus whatever overlap the cores allow.
@@ -30,6 +31,7 @@ SEPARATE = [
 ]
 VARIANTS = {
     "colocated": [],
+    "colocated-awake": ["actor_rollout_ref.rollout.free_cache_engine=false"],
     "separate-lag0": [*SEPARATE, "trainer.separate.max_off_policy_threshold=0"],
     "separate-lag1": [*SEPARATE, "trainer.separate.max_off_policy_threshold=1"],
 }
