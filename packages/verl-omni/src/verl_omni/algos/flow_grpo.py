@@ -187,6 +187,8 @@ def kl_penalty(
     raise ValueError(f"kl_type: expected 'historical' or 'exact', got {kl_type!r}")
 
 
+@register_loss("dance_grpo")  # upstream's names for FlowGRPO's loss under MixGRPO / DanceGRPO (model.algorithm)
+@register_loss("mix_grpo")
 @register_loss("flow_grpo")
 def flow_grpo_loss(inputs: PolicyLossInput, config: DiffusionActorConfig) -> PolicyLossOutput:
     """The registered loss `"flow_grpo"`: `flow_grpo_policy_loss` plus, with `actor.use_kl_loss`, `kl_penalty`.

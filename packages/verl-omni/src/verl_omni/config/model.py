@@ -13,7 +13,7 @@ from verl_core.config import BaseConfig
 __all__ = ["ALGORITHMS", "DiffusionModelConfig"]
 
 #: values of `actor_rollout_ref.model.algorithm` (upstream's names; each is also a registered `loss_mode`)
-ALGORITHMS = ("flow_grpo", "diffusion_nft", "dpo")
+ALGORITHMS = ("flow_grpo", "diffusion_nft", "dpo", "mix_grpo", "dance_grpo")
 
 
 @dataclasses.dataclass
@@ -22,8 +22,10 @@ class DiffusionModelConfig(BaseConfig):
 
     Args:
         path (`str`): diffusers pipeline folder (`model_index.json` at its root).
-        algorithm (`str`): training algorithm, one of `ALGORITHMS` (`"flow_grpo"`, `"diffusion_nft"`, `"dpo"`); the
-            shipped YAML makes it the default of `algorithm.adv_estimator` and `actor.diffusion_loss.loss_mode`.
+        algorithm (`str`): training algorithm, one of `ALGORITHMS` (`"flow_grpo"`, `"diffusion_nft"`, `"dpo"`, and
+            upstream's `"mix_grpo"` / `"dance_grpo"`: FlowGRPO's loss and advantages under their names, checked
+            against their sampler keys by the trainer config); the shipped YAML makes it the default of
+            `algorithm.adv_estimator` and `actor.diffusion_loss.loss_mode`.
         transformer_subfolder (`str`): subfolder of the denoiser inside `path`.
         enable_gradient_checkpointing (`bool`): activation checkpointing of each transformer block.
         attn_backend (`str`, *optional*): diffusers attention backend name (`set_attention_backend`), e.g.

@@ -79,7 +79,8 @@ class DiffusionAlgoConfig(BaseConfig):
             `"direct_preference"` for a loss that trains on clean samples (`diffusion_nft`; the root config checks it).
         sample_source (`str`, *optional*, defaults to `"online"`): only `"online"` (fresh rollouts every step).
         adv_estimator (`str`, *optional*, defaults to `"flow_grpo"`): `"flow_grpo"`, `"diffusion_nft"` (the same
-            group advantage, one per sample) or `"dpo"` (best-vs-worst pairs per group instead of advantages); the
+            group advantage, one per sample), `"dpo"` (best-vs-worst pairs per group instead of advantages), or
+            `"mix_grpo"` / `"dance_grpo"` (FlowGRPO's, under upstream's names); the
             shipped YAML reads it from `actor_rollout_ref.model.algorithm`.
         norm_adv_by_std_in_grpo (`bool`, *optional*, defaults to `True`): divide by the std; `False` is Dr.GRPO.
         global_std (`bool`, *optional*, defaults to `True`): one std over the batch (`False`: per group).
@@ -102,7 +103,7 @@ class DiffusionAlgoConfig(BaseConfig):
 
     trainer_type: Literal["policy_gradient", "direct_preference"] = "policy_gradient"
     sample_source: Literal["online"] = "online"
-    adv_estimator: Literal["flow_grpo", "diffusion_nft", "dpo"] = "flow_grpo"
+    adv_estimator: Literal["flow_grpo", "diffusion_nft", "dpo", "mix_grpo", "dance_grpo"] = "flow_grpo"
     norm_adv_by_std_in_grpo: bool = True
     global_std: bool = True
     timestep_fraction: float = 1.0

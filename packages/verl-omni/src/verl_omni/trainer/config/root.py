@@ -103,6 +103,7 @@ class DiffusionTrainerConfig(BaseConfig):
             "driver and actor rank 0 call every rollout server over HTTP; set actor_rollout_ref.rollout.host=0.0.0.0",
         )
         self._check_loss_mode()
+        self._check_algorithm_sampler()
         self._check_mode()
         manager = self.reward.reward_manager.name  # checked before any worker starts, not at the first reward
         if manager not in REWARD_MANAGERS:
@@ -170,6 +171,23 @@ class DiffusionTrainerConfig(BaseConfig):
             "reward.reward_model.colocated",
             "true: trainer.mode=separate has no sleeping rollout to share the actor's devices with; give the reward "
             "model a pool of its own (reward.reward_model.colocated=false)",
+        )
+
+    def _check_algorithm_sampler(self) -> None:
+        """Upstream's `model.algorithm: mix_grpo | dance_grpo` are FlowGRPO with their sampler: check it is set."""
+        arr = self.actor_rollout_ref
+        algo = arr.rollout.algo
+        _check(
+            arr.model.algorithm != "mix_grpo" or bool(algo.sde_window_size),
+            "actor_rollout_ref.rollout.algo.sde_window_size",
+            "null: actor_rollout_ref.model.algorithm='mix_grpo' trains an SDE window of K steps (ODE elsewhere); set "
+            "sde_window_size (upstream's recipe: 2 with sde_window_range [0, 5]) or model.algorithm=flow_grpo",
+        )
+        _check(
+            arr.model.algorithm != "dance_grpo" or algo.init_same_noise,
+            "actor_rollout_ref.rollout.algo.init_same_noise",
+            "false: actor_rollout_ref.model.algorithm='dance_grpo' shares each group's initial noise (upstream "
+            "hard-codes it); set rollout.algo.init_same_noise=true or model.algorithm=flow_grpo",
         )
 
     def _check_loss_mode(self) -> None:
