@@ -92,6 +92,7 @@ VARIANTS: dict[str, list[str]] = {
     "mix": ["actor_rollout_ref.rollout.algo.sample_strategy=random", "actor_rollout_ref.rollout.algo.sde_window_size=2",
             "actor_rollout_ref.rollout.algo.sde_window_seed=42",
             "actor_rollout_ref.rollout.algo.noise_level=1.2"],  # upstream's range [0, 5] left out: tiny has 3 steps
+    "flash": ["actor_rollout_ref.rollout.algo.dpm_algorithm_type=dpmsolver++"],  # MixGRPO-Flash: with `mix`
     "dance": ["actor_rollout_ref.rollout.algo.init_same_noise=true", "algorithm.timestep_fraction=0.6"],
     "dpo": ["actor_rollout_ref.model.algorithm=dpo", "actor_rollout_ref.actor.use_kl_loss=false",
             "actor_rollout_ref.rollout.pipeline.guidance_scale=null",

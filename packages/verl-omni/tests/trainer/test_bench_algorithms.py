@@ -33,6 +33,7 @@ EXPECTED = {
     "nft+nokl": ("diffusion_nft", 1.0, False, 0.0, 0, 1.0),
     "dpo": ("dpo", 1.0, False, 0.0, 0, 1.0),
     "mix": ("flow_grpo", 4.5, True, 0.0, 2, 1.0),
+    "mix+flash": ("flow_grpo", 4.5, True, 0.0, 2, 1.0),
     "dance": ("flow_grpo", 4.5, True, 0.0, 0, 0.6),
     "guard": ("grpo_guard", 4.5, True, 0.0, 0, 1.0),
     "dppo": ("flow_dppo", 4.5, True, 0.0, 0, 1.0),
@@ -55,6 +56,7 @@ def test_algorithm_variant_is_accepted_on_workload_a(variant, tmp_path):
     got = (loss.loss_mode, sampling.guidance_scale, arr.actor.use_kl_loss, loss.ref_kl_coef, sampling.sde_window_size,
            config.algorithm.timestep_fraction)  # fmt: skip
     assert got == EXPECTED[variant]
+    assert sampling.dpm_algorithm_type == ("dpmsolver++" if "flash" in variant else None)
     # the workload itself is unchanged: same images per step, steps and size as FlowGRPO's `default`
     assert (arr.rollout.n, sampling.num_inference_steps, sampling.height) == (w.n, w.steps, w.height)
 
