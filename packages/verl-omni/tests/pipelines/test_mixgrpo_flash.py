@@ -29,7 +29,7 @@ def test_flash_keeps_the_window_and_compresses_the_ode_after_it(
     Mutation run by hand: the post-window loop skipped (`post_from < steps` branch removed): FAILED (the image is the
     window's end, not a clean sample: forwards 2)."""
     cfg = tiny_sampling_config.evolve(
-        seed=5, num_inference_steps=6, sde_window_size=2, sde_window_range=[0, 2], noise_level=1.0
+        seed=5, num_inference_steps=6, sde_window_size=2, sde_window_range=[0, 2], noise_level=1.0, height=32, width=32
     )
     euler, n_euler = _run(tiny_qwen_image_pipe, cfg, monkeypatch)
     post, n_post = _run(tiny_qwen_image_pipe, cfg.evolve(dpm_algorithm_type="dpmsolver++"), monkeypatch)
