@@ -68,3 +68,35 @@ def test_for_config_reads_the_pipeline_folder_and_logs_no_mfu_on_the_cpu(tiny_qw
     on_cpu = StageFlops.for_config(config, "cpu")
     assert on_cpu.model == "qwen_image" and on_cpu.lora == config.actor_rollout_ref.model.use_lora
     assert on_cpu.peak_tflops is None and StageFlops.for_config(config, "cuda").peak_tflops == 790.0
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_the_trainer_logs_each_stages_flops_and_on_cuda_its_mfu(tiny_sd3_path, tmp_path, device):
+    # the step's metrics as the trainer logs them (`FlowGRPOTrainer.setup` + `_step_metrics`), with stand-in
+    # components: the H200 run of workload A logged no perf/mfu/* because the trainer had lost its `StageFlops`
+    from types import SimpleNamespace
+
+    from verl_omni.trainer.components import TrainerComponents
+    from verl_omni.trainer.config import load_config
+    from verl_omni.trainer.flow_grpo_trainer import FlowGRPOTrainer
+
+    config = load_config([f"actor_rollout_ref.model.path={tiny_sd3_path}", f"trainer.run_dir={tmp_path}",
+                          "trainer.resume_mode=disable"], config_name="quickstart")  # fmt: skip
+    trainer = FlowGRPOTrainer(config)
+    trainer.setup(TrainerComponents(
+        actor=None, rollout=None, reward=None, prompts=SimpleNamespace(epoch=0), val_records=[],
+        tracker=SimpleNamespace(begin=lambda step: None), total_steps=1, device=device,
+        checkpoints=SimpleNamespace(resolve_resume=lambda *a: None, check_resume=lambda *a: None),
+    ))  # fmt: skip
+    batch = _batch()
+    batch["prompt_index"], batch["advantages"] = torch.tensor([0, 0, 1, 1]), torch.zeros(4, 3)
+    timing = {"gen": 1.0, "ref": 0.5, "update_actor": 2.0, "step": 4.0}
+    got = trainer._step_metrics(batch, torch.tensor([0.1, 0.2, 0.3, 0.4]), {}, 0, timing, 1)
+    want = StageFlops.for_config(config, device).metrics(batch, timing)
+    assert {k for k in want if k.startswith("perf/flops/")} == {
+        f"perf/flops/{s}" for s in ("gen", "ref", "update_actor", "step")
+    }
+    assert {k: got.get(k) for k in want} == pytest.approx(want)
+    mfu = {k for k in got if k.startswith("perf/mfu/")}
+    assert mfu == ({"perf/mfu/gen", "perf/mfu/ref", "perf/mfu/update_actor", "perf/mfu/step"} if device == "cuda"
+                   else set())  # fmt: skip

@@ -41,6 +41,7 @@ from verl_omni.rollout import pin_sde_window
 from verl_omni.trainer.checkpoint import run_signature
 from verl_omni.trainer.components import TrainerComponents
 from verl_omni.trainer.config import DiffusionTrainerConfig
+from verl_omni.trainer.flops import StageFlops
 from verl_omni.trainer.report import begin_val_images, save_val_images
 from verl_omni.trainer.separate_rollout import SeparateRollout
 from verl_omni.trainer.staleness import GroupConsumer, assemble_batch, importance_weights
@@ -127,6 +128,7 @@ class FlowGRPOTrainer:
         self.val_images: dict[int, torch.Tensor] = {}
         self.components: TrainerComponents | None = None
         self._progress = None
+        self._flops: StageFlops | None = None
 
     # ---- setup --------------------------------------------------------------------------------------------
 
@@ -140,6 +142,7 @@ class FlowGRPOTrainer:
         """
         self.components = components
         trainer = self.config.trainer
+        self._flops = StageFlops.for_config(self.config, components.device)  # perf/flops/*, perf/mfu/*
         needs_val = trainer.val_before_train or trainer.val_only or trainer.test_freq > 0
         if needs_val and not components.val_records:
             logger.warning("no validation prompts (data.val_files): validation is skipped")
@@ -625,6 +628,8 @@ class FlowGRPOTrainer:
         for key in ("gen", "reward", "old_log_prob", "ref", "update_actor"):
             if key in timing:
                 metrics[f"timing_per_image_ms/{key}"] = 1000 * timing[key] / images
+        if self._flops is not None:
+            metrics.update(self._flops.metrics(batch, timing))
         return metrics
 
     # ---- cleanup ------------------------------------------------------------------------------------------
