@@ -16,6 +16,7 @@ from verl_core.rollout.errors import WeightSyncError
 from verl_core.rollout.framing import DTYPES
 from verl_core.rollout.handoff import handoff_dir
 from verl_core.rollout.hf import HFHttpServer
+from verl_core.rollout.owned_files import owner
 from verl_core.rollout.shm_weights import PREFIX, MappedSegments, SegmentAllocationError, WeightSegment
 from verl_core.rollout.weights import WeightUpdate
 from verl_core.testing.server_contract import run
@@ -23,7 +24,9 @@ from verl_core.testing.tiny_llm import random_state_dict
 
 
 def _segments() -> set[str]:
-    return set(glob.glob(os.path.join(handoff_dir(), f"{PREFIX}*")))
+    """This process's weight segments (a run beside this one, another xdist worker's trainer say, has its own)."""
+    paths = glob.glob(os.path.join(handoff_dir(), f"{PREFIX}*"))
+    return {p for p in paths if (owner(os.path.basename(p)) or (os.getpid(),))[0] == os.getpid()}
 
 
 def _mixed() -> dict[str, torch.Tensor]:
