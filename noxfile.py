@@ -214,6 +214,7 @@ def legacy_verl(session: nox.Session) -> None:
 # ---- vLLM-Omni: the static API contract per release, and the real-code tier on the CPU ---------------------------
 
 OMNI_DIR = ROOT / "packages/verl-omni/src/verl_omni/rollout/vllm_omni"
+CONTRACT_TOOL = ROOT / "tools/vllm-omni-contract"  # the checker and wheel readers: CI tooling, in no dist
 
 
 def _load_contract():
@@ -240,8 +241,8 @@ def _vllm_omni_contract(session: nox.Session, omni: str) -> None:
     if not wheel.exists():  # fetched once; later runs (and CI's cached .nox/.cache) reuse it
         session.run(sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
                     "-d", str(wheel.parent), f"vllm-omni=={omni}", external=True)  # fmt: skip
-    session.run(sys.executable, str(OMNI_DIR / "contract_check.py"), "--release", omni, "--omni-wheel", str(wheel),
-                "--cache", str(cache / "vllm"), *session.posargs, external=True)  # fmt: skip
+    session.run(sys.executable, str(CONTRACT_TOOL / "contract_check.py"), "--release", omni, "--omni-wheel",
+                str(wheel), "--cache", str(cache / "vllm"), *session.posargs, external=True)  # fmt: skip
 
 
 for _release in OMNI_RELEASES:

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import logging
-import pathlib
 import re
 
 import pytest
 
 from verl_omni.rollout.vllm_omni import compat, contract
-from verl_omni.rollout.vllm_omni.contract_check import support_table
-
-DOCS = pathlib.Path(__file__).parents[4] / "docs" / "omni" / "vllm_omni.md"
 
 
 @pytest.mark.parametrize(
@@ -109,14 +105,6 @@ def test_engine_kwargs_drops_what_the_release_does_not_forward():
     }
     kept = compat.engine_kwargs(compat.detect("0.30.0", "0.30.0"), args, supports_request_batch=False)
     assert kept == {"model": "/m", "max_num_seqs": 1}
-
-
-def test_docs_support_table_is_generated_from_the_contract():
-    text = DOCS.read_text()
-    assert support_table(contract) in text, (
-        "docs/omni/vllm_omni.md is out of date: paste the output of "
-        "`python packages/verl-omni/src/verl_omni/rollout/vllm_omni/contract_check.py --table`"
-    )
 
 
 def test_engine_kwargs_refuses_lora_backends_a_release_cannot_serve():

@@ -12,7 +12,7 @@ from verl_core.config import RolloutConfig
 from verl_core.rollout.registry import get_backend
 from verl_omni.rollout.vllm_omni import compat
 
-MODULES = ["compat", "contract", "contract_check", "lora", "pipelines", "server", "wheel_sources", "worker"]
+MODULES = ["compat", "contract", "lora", "pipelines", "server", "worker"]
 
 
 @pytest.mark.parametrize("name", MODULES)

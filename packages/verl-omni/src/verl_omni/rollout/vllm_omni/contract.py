@@ -1,11 +1,11 @@
 """The vLLM-Omni / vLLM API contract: the releases checked and every symbol the backend relies on, per range.
 
-Pure data with no imports from this project, so `contract_check.py` can load it by path in a bare venv
-(`nox -s vllm_omni-<version>`), the compat module can derive its version branches from it, and the docs'
-support table is generated from it. Adding a release is adding a `Release` row; an API change is a row with
-`since` / `before` bounds (half-open, compared on vllm-omni's major.minor). A row with a `feature` name is a
-version branch: `compat.features()` turns it on exactly for the releases the row covers, so the code and the
-check cannot disagree about where a behaviour starts.
+Pure data with no imports from this project, so the CI checker `tools/vllm-omni-contract/contract_check.py`
+can load it by path with nox's own interpreter (`nox -s vllm_omni-<version>`), the compat module can derive its
+version branches from it, and the docs' support table is generated from it. Adding a release is adding a
+`Release` row; an API change is a row with `since` / `before` bounds (half-open, compared on vllm-omni's
+major.minor). A row with a `feature` name is a version branch: `compat.features()` turns it on exactly for the
+releases the row covers, so the code and the check cannot disagree about where a behaviour starts.
 
 Row kinds (`Expect.kind`):
 

@@ -1,9 +1,13 @@
 """Static check of the vLLM-Omni / vLLM contract (`contract.py`) against released wheels, without importing them.
 
-Runs with the standard library only (`nox -s vllm_omni-<version>` calls it in a bare venv)::
+CI tooling, not shipped in any dist. Runs with the standard library only (`nox -s vllm_omni-<version>` calls it
+with nox's own interpreter)::
 
-    python contract_check.py --release 0.30.0 --omni-wheel vllm_omni-0.30.0-py3-none-any.whl --cache DIR
-    python contract_check.py --table        # the docs' support table, generated from the contract
+    python tools/vllm-omni-contract/contract_check.py --release 0.30.0 --omni-wheel vllm_omni-0.30.0-py3-none-any.whl
+    python tools/vllm-omni-contract/contract_check.py --table   # the docs' support table, from the contract
+
+The contract itself is runtime data (`verl_omni/rollout/vllm_omni/contract.py`, read by `compat`); this tool
+imports it from verl-omni when that imports, else loads the file by path from the checkout.
 
 The vllm-omni wheel is read from the downloaded file. The paired vLLM wheel (~300 MB) is never downloaded
 whole: the zip's central directory and the members the contract names are fetched with HTTP range requests
@@ -22,26 +26,42 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ContractFailure", "Resolver", "check_release", "load_contract", "minor", "support_table"]
+__all__ = [
+    "ContractFailure",
+    "Resolver",
+    "check_release",
+    "load_contract",
+    "load_wheel_sources",
+    "minor",
+    "support_table",
+]
 
 
-def _sibling(name: str) -> Any:
-    """Module `name` beside this file: imported from the package when it imports, else loaded by path."""
-    try:
-        return importlib.import_module(f"verl_omni.rollout.vllm_omni.{name}")
-    except ImportError:
-        key = f"_vllm_omni_{name}"
-        if key not in sys.modules:
-            spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-            sys.modules[key] = module
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
-        return sys.modules[key]
+HERE = Path(__file__).resolve().parent
+CONTRACT_PY = HERE.parents[1] / "packages/verl-omni/src/verl_omni/rollout/vllm_omni/contract.py"
+
+
+def _load_path(key: str, path: Path) -> Any:
+    """Module `key` executed from the file `path` (once; later calls return the same module)."""
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[key] = module  # dataclasses look their module up by name
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[key]
 
 
 def load_contract() -> Any:
-    """The `contract` module beside this file."""
-    return _sibling("contract")
+    """`verl_omni.rollout.vllm_omni.contract`: imported from verl-omni when it imports, else loaded by path."""
+    try:
+        return importlib.import_module("verl_omni.rollout.vllm_omni.contract")
+    except ImportError:
+        return _load_path("_vllm_omni_contract", CONTRACT_PY)
+
+
+def load_wheel_sources() -> Any:
+    """The `wheel_sources` module beside this file (the wheel readers)."""
+    return _load_path("_vllm_omni_wheel_sources", HERE / "wheel_sources.py")
 
 
 def minor(version: str) -> tuple[int, int]:
@@ -388,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     if release is None or not args.omni_wheel:
         known = ", ".join(r.omni for r in contract.RELEASES)
         parser.error(f"--release must be one of {known} and --omni-wheel is required (got {args.release!r})")
-    sources = _sibling("wheel_sources")
+    sources = load_wheel_sources()
     omni = sources.ZipSource(args.omni_wheel)
     vllm = None if args.skip_vllm else sources.RemoteWheelSource("vllm", release.vllm, args.cache or ".contract-cache")
     failures = check_release(release, omni, vllm, contract.EXPECTATIONS)

@@ -1,10 +1,10 @@
 """Where the contract checker reads sources from: a wheel on disk, or a remote wheel read by HTTP range requests.
 
-Standard library only (loaded by path from `contract_check.py` in a bare venv): `nox -s vllm_omni-<minor>` runs
-it with nox's own interpreter, where httpx and tenacity are not installed, hence `urllib` and the three-try loop of
-`_http_get` (docs/architecture.md, "Libraries we use and why"). A remote wheel is never
-downloaded whole: the zip's central directory and the members asked for are fetched in 1 MiB blocks and the
-members are cached on disk, so a later run needs no network.
+CI tooling beside `contract_check.py`, not shipped in any dist. Standard library only (loaded by path from
+`contract_check.py`): `nox -s vllm_omni-<minor>` runs it with nox's own interpreter, where httpx and tenacity
+are not installed, hence `urllib` and the three-try loop of `_http_get` (docs/architecture.md, "Libraries we
+use and why"). A remote wheel is never downloaded whole: the zip's central directory and the members asked for
+are fetched in 1 MiB blocks and the members are cached on disk, so a later run needs no network.
 """
 
 from __future__ import annotations

@@ -1,15 +1,30 @@
-"""The AST contract checker on small wheels written here (the real releases run in `nox -s vllm_omni-<version>`)."""
+"""`tools/vllm-omni-contract/contract_check.py` on small wheels written here.
+
+The real releases run in `nox -s vllm_omni-<version>`.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+import sys
 import textwrap
 import zipfile
 
 import pytest
 
+from verl_omni.rollout.vllm_omni import contract
 from verl_omni.rollout.vllm_omni.contract import Expect, Release
-from verl_omni.rollout.vllm_omni.contract_check import check_release, main
-from verl_omni.rollout.vllm_omni.wheel_sources import ZipSource
+
+ROOT = pathlib.Path(__file__).parents[2]
+DOCS = ROOT / "docs" / "omni" / "vllm_omni.md"
+_TOOL = ROOT / "tools" / "vllm-omni-contract"
+_SPEC = importlib.util.spec_from_file_location("vllm_omni_contract_check", _TOOL / "contract_check.py")
+contract_check = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = contract_check  # dataclasses look their module up by name
+_SPEC.loader.exec_module(contract_check)
+check_release, main = contract_check.check_release, contract_check.main
+ZipSource = contract_check.load_wheel_sources().ZipSource
 
 MANAGER_V1 = """
     class DiffusionLoRAManager:
@@ -153,3 +168,10 @@ def test_checker_cli_prints_the_table(capsys):
     assert main(["--table"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("| vllm-omni | vllm |") and "| 0.30.0 | 0.30.0 |" in out
+
+
+def test_docs_support_table_is_generated_from_the_contract():
+    assert contract_check.support_table(contract) in DOCS.read_text(), (
+        "docs/omni/vllm_omni.md is out of date: paste the output of "
+        "`python tools/vllm-omni-contract/contract_check.py --table`"
+    )
