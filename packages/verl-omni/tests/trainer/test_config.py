@@ -112,6 +112,13 @@ _SEPARATE = [
         (["trainer.separate.parameter_sync_step=3"], ConfigValueError,
          r"trainer\.separate\.max_off_policy_threshold: expected >= parameter_sync_step - 1 = 2"),
         (["trainer.separate.queue_timeout_s=0"], ConfigValueError, r"trainer\.separate\.queue_timeout_s: expected"),
+        (["trainer.separate.max_restarts=-1"], ConfigValueError,
+         r"trainer\.separate\.max_restarts: expected an int >= 0"),
+        (["trainer.separate.on_rollout_failure=retry"], ConfigTypeError,
+         r"trainer\.separate\.on_rollout_failure: expected .*'fail'.*'restart'"),
+        ([*_SEPARATE, "trainer.separate.on_rollout_failure=restart"], ConfigValueError,
+         r"trainer\.separate\.on_rollout_failure: 'restart' is not supported for actor_rollout_ref\.rollout\.name="
+         r"'diffusers'.*on_rollout_failure=fail"),
         (["actor_rollout_ref.hybrid_engine=false"], ConfigValueError, r"hybrid_engine: expected true"),
         (["trainer.logger=[console,mlflow]"], ConfigValueError, r"trainer\.logger: .*unknown: \['mlflow'\]"),
         (["trainer.nnodes=2"], ConfigValueError,

@@ -165,6 +165,12 @@ class DiffusionTrainerConfig(BaseConfig):
             "true: in trainer.mode=separate the rollout's log-probs come from older weights; the clipped ratio needs "
             "the actor's own (set bypass_mode=false; rollout_is=token weights the staleness)",
         )
+        _check(
+            self.trainer.separate.on_rollout_failure == "fail",
+            "trainer.separate.on_rollout_failure",
+            f"'restart' is not supported for actor_rollout_ref.rollout.name={rollout.name!r}: a dead rollout server "
+            "is not relaunched yet; set trainer.separate.on_rollout_failure=fail (the run exits naming the server)",
+        )
         rm = self.reward.reward_model
         _check(
             not (rm.enable and rm.colocated),

@@ -17,7 +17,7 @@ class SeparateRolloutConfig(BaseConfig):
     """`trainer.separate.*`: the staleness knobs of `trainer.mode: separate` (docs/omni/async.md).
 
     Upstream verl-omni's v1 trainer names the first two `trainer.v1.separate_async.parameter_sync_step` and
-    `trainer.v1.sampler.max_off_policy_threshold`; the last two have no upstream key.
+    `trainer.v1.sampler.max_off_policy_threshold`; the others have no upstream key.
 
     Args:
         parameter_sync_step (`int`, *optional*, defaults to `1`): push the actor's weights to the rollout servers
@@ -30,12 +30,23 @@ class SeparateRolloutConfig(BaseConfig):
             `data.train_batch_size x (max_off_policy_threshold + 1)`.
         queue_timeout_s (`float`, *optional*, defaults to `600.0`): longest the actor waits for one group; then the
             step fails naming the rollout servers.
+        on_rollout_failure (`str`, *optional*, defaults to `"fail"`): what a dead rollout server does to the run.
+            `fail`: the run exits non-zero naming the server. `restart` (relaunch the server, push the actor's
+            weights, regenerate the lost group, at most `max_restarts` times) is not implemented yet: the run
+            refuses it at load time.
+        max_restarts (`int`, *optional*, defaults to `1`): most server restarts per run with
+            `on_rollout_failure: restart`; after that the run fails as with `fail`.
+
+    Raises:
+        ConfigValueError: a value out of range, or a threshold below `parameter_sync_step - 1`.
     """
 
     parameter_sync_step: int = 1
     max_off_policy_threshold: int = 1
     queue_size: int = 0
     queue_timeout_s: float = 600.0
+    on_rollout_failure: Literal["fail", "restart"] = "fail"
+    max_restarts: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -50,6 +61,7 @@ class SeparateRolloutConfig(BaseConfig):
         )
         self._require("queue_size", self.queue_size >= 0, "an int >= 0 (0: auto)")
         self._require("queue_timeout_s", self.queue_timeout_s > 0, "seconds > 0")
+        self._require("max_restarts", self.max_restarts >= 0, "an int >= 0")
 
 
 @dataclasses.dataclass
