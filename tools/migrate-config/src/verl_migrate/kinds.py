@@ -36,6 +36,9 @@ class RenameKey(Rule):
     #: the target keeps `old` as an alias of `new` (its default in the target's tree): a root config or a dump
     #: keeps the key, with that alias as its value, where it was
     alias: bool = False
+    #: `(old value, new value)` pairs: only a leaf holding one of the old values moves, and takes the new value
+    #: (others stay for the rules after, e.g. the target's fit)
+    values: tuple[tuple[Any, Any], ...] = ()
 
     kind: ClassVar[str] = "rename-key"
 
@@ -46,11 +49,25 @@ class RenameKey(Rule):
 
     def apply(self, doc: Doc) -> None:
         """Move `old` to `new` (conflicts raise, equal duplicates merge); keep `old` as the target's alias."""
+        if self.values:
+            self._move_value(doc)
+            return
         if self.alias and doc.kind == "yaml" and (doc.is_root or doc.full_dump) and self._keep_alias(doc):
             return
         if self.alias and doc.kind == "yaml" and self._holds_alias(doc):
             return  # the alias a migration wrote (a migrated root extends the target's root): already migrated
         self.move_path(doc, self.old, self.new, null_unset=self.null_unset, creates=self.creates)
+
+    def _move_value(self, doc: Doc) -> None:
+        """Move `old` to `new` only when it holds an old value of `values`, and rename that value."""
+        if not doc.has(self.old) or doc.is_map(self.old):
+            return
+        for old_value, new_value in self.values:
+            if same_value(doc.get(self.old), old_value):
+                self.move_path(doc, self.old, self.new, creates=self.creates)
+                doc.set(self.new, new_value)
+                self.change(doc, "rename-value", self.new, old=to_text(old_value), new=to_text(new_value))
+                return
 
     def _holds_alias(self, doc: Doc) -> bool:
         """Whether `old` is exactly the target's alias of `new`."""
@@ -93,6 +110,9 @@ class RenameKey(Rule):
     def describe(self) -> str:
         """Return "`old` → `new`"."""
         alias = f"; a root config keeps `{self.old}: {head_defaults().get(self.old)}`" if self.alias else ""
+        if self.values:
+            pairs = ", ".join(f"`{to_text(o)}` → `{to_text(n)}`" for o, n in self.values)
+            return f"`{self.old}` → `{self.new}` when {pairs} (other values stay)"
         return f"`{self.old}` → `{self.new}`{alias}"
 
 
