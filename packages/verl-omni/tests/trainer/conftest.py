@@ -97,8 +97,12 @@ def run_trainer(
 
 
 def same_metrics(a: dict[str, float], b: dict[str, float]) -> list[str]:
-    """Keys whose values differ, timings and throughput excepted."""
-    skip = ("timing_s/", "timing_share/", "timing_per_image_ms/", "perf/throughput")
+    """Keys whose values differ, timings, throughput and the per-stage FLOPs / MFU excepted.
+
+    `perf/flops/*` count the stages a step ran (a fused old-log-prob pass or a separate rollout runs different
+    stages with the same update) and `perf/mfu/*` divide by timings; `tests/trainer/test_flops.py` checks them.
+    """
+    skip = ("timing_s/", "timing_share/", "timing_per_image_ms/", "perf/throughput", "perf/flops/", "perf/mfu/")
     keys = sorted(set(a) | set(b))
     return [k for k in keys if not k.startswith(skip) and a.get(k) != b.get(k)]
 
