@@ -23,7 +23,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def transport():
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # never join another run's Ray
     register_tensor_transport()
     yield
     ray.shutdown()

@@ -18,7 +18,7 @@ REQUEST = {"prompt_ids": [4, 5, 6], "sampling_params": {"max_tokens": 4}}
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another run's Ray
     yield
     ray.shutdown()
 

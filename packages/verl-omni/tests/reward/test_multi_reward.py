@@ -64,7 +64,7 @@ def test_terms_come_back_from_ray_reward_workers(make_images):
     images = make_images(2, 3)
     with build_reward_manager(RewardConfig(pool="thread", num_workers=1, reward_functions=terms)) as manager:
         expected = manager.score(_batch(images))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another run's Ray
     try:
         config = RewardConfig(pool="ray", num_workers=2, num_cpus_per_worker=0.5, timeout_s=60, reward_functions=terms)
         with build_reward_manager(config) as manager:

@@ -37,7 +37,7 @@ def ray_pool(tmp_path_factory):
     """One local Ray session and one pool of 2 reward actors for the module (actor start-up dominates)."""
     path = tmp_path_factory.mktemp("ray_reward") / "r.py"
     path.write_text(textwrap.dedent(REWARD_FILE))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another run's Ray
     config = _config(str(path), timeout_s=60)
     pool = RayRewardPool(config, start_timeout_s=120)
     yield config, pool

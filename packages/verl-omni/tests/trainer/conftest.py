@@ -44,7 +44,7 @@ class TrainerRun:
 @pytest.fixture(scope="module")
 def ray_session():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)  # never join another run's Ray
     yield ray
     ray.shutdown()
 

@@ -31,6 +31,7 @@ _GPUS = [
 def ray_gpus():
     ray = pytest.importorskip("ray")
     ray.init(
+        address="local",  # never join another run's Ray
         num_cpus=8,
         num_gpus=min(torch.cuda.device_count(), 2),
         include_dashboard=False,
