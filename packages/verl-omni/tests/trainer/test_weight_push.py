@@ -14,6 +14,7 @@ import torch
 from verl_core.config import RolloutConfig
 from verl_core.rollout.handoff import handoff_dir
 from verl_core.rollout.hf import HFHttpServer
+from verl_core.rollout.owned_files import owner
 from verl_core.rollout.shm_weights import PREFIX
 from verl_core.testing.server_contract import run
 from verl_core.testing.tiny_llm import build_tiny_llm, random_state_dict
@@ -21,7 +22,9 @@ from verl_omni.trainer.weight_push import WeightPusher
 
 
 def _segments() -> set[str]:
-    return {p for p in os.listdir(handoff_dir()) if p.startswith(PREFIX)}
+    """This process's weight segments (the pusher writes them here; another xdist worker's trainer has its own)."""
+    names = {p for p in os.listdir(handoff_dir()) if p.startswith(PREFIX)}
+    return {n for n in names if (owner(n) or (os.getpid(),))[0] == os.getpid()}
 
 
 @pytest.fixture(scope="module")
