@@ -260,6 +260,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         model = measure_model(name, device, iters)
         model["growth"] = growth(model, kind, memory)
         res["models"][name] = model
+        one = out / f"growth_{kind}_{name}.json"  # each model as soon as it is measured (a timeout keeps it)
+        one.write_text(json.dumps(dict(res, models={name: model}), indent=1, default=str))
+        print(f"wrote {one}", flush=True)
     print_report(res)
     path = out / f"growth_{kind}_{'_'.join(models)}.json"
     path.write_text(json.dumps(res, indent=1, default=str))

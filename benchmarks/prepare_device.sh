@@ -12,6 +12,6 @@ bash ../shared/device/prepare.sh \
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection \
   fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 opentelemetry-api==1.45.2 \
   h11 httpx httpcore anyio sniffio \
-  rapidfuzz tenacity openai distro jiter
+  rapidfuzz tenacity openai==3.60.0 distro jiter httpx2==2.16.2 httpcore2==2.16.2 truststore idna certifi
 echo "check first on the GPU machine (seconds, before a long run):"
 echo "  python3 -c 'import verl_core.rollout.app, verl_omni.trainer.main, verl_omni.rollout.diffusers_server, ray, tensordict, diffusers, hydra, uvicorn'"
