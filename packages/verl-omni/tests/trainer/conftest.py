@@ -127,3 +127,43 @@ def metric_diff() -> Callable[[dict, dict], list[str]]:
 def fast_overrides() -> list[str]:
     """The `FAST` overrides (a fresh list)."""
     return list(FAST)
+
+
+class KillServerAtStep:
+    """Wraps the reward scorer of built components: at `step` it kills rollout server 0 (after that step's rollout).
+
+    In separate mode the producer generates ahead, so the death is met by the rollout side as well.
+    """
+
+    def __init__(self, components: Any, step: int) -> None:
+        self.inner, self.components, self.step = components.reward, components, step
+        components.reward = self
+
+    def score_records(self, images: Any, records: Any, *, step: int | None = None) -> Any:
+        if step == self.step:
+            import ray
+
+            ray.kill(self.components.rollout.servers[0])
+        return self.inner.score_records(images, records, step=step)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def kill_rollout_server_at(monkeypatch) -> Callable[[int], None]:
+    """`kill_rollout_server_at(step)`: the next `build_components` wraps its reward in `KillServerAtStep(step)`."""
+
+    def arm(step: int) -> None:
+        from verl_omni.trainer import components as components_module
+
+        real_build = components_module.build_components
+
+        def build_with_killer(prepared, **kwargs):
+            built = real_build(prepared, **kwargs)
+            KillServerAtStep(built, step=step)
+            return built
+
+        monkeypatch.setattr(components_module, "build_components", build_with_killer)
+
+    return arm

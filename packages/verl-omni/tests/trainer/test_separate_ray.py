@@ -43,40 +43,14 @@ def test_separate_with_threshold_zero_equals_colocated_and_resumes_bit_identical
         assert value.equal(resumed.fingerprint["model"][name]), name
 
 
-class _KillServerAtStep:
-    """Wraps the reward scorer: at `step` it kills rollout server 0 (while the producer generates ahead)."""
-
-    def __init__(self, components, step: int) -> None:
-        self.inner, self.components, self.step = components.reward, components, step
-        components.reward = self
-
-    def score_records(self, images, records, *, step=None):
-        if step == self.step:
-            import ray
-
-            ray.kill(self.components.rollout.servers[0])
-        return self.inner.score_records(images, records, step=step)
-
-    def close(self):
-        self.inner.close()
-
-
 def test_a_killed_rollout_server_exits_1_naming_it_within_the_queue_timeout(
-    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, monkeypatch, capsys
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, kill_rollout_server_at, capsys
 ):
     import time
 
-    from verl_omni.trainer import components as components_module
     from verl_omni.trainer.main import EXIT_FAILED, run
 
-    real_build = components_module.build_components
-
-    def build_with_killer(prepared, **kwargs):
-        built = real_build(prepared, **kwargs)
-        _KillServerAtStep(built, step=1)
-        return built
-
-    monkeypatch.setattr(components_module, "build_components", build_with_killer)
+    kill_rollout_server_at(1)
     argv = [
         "--config-name",
         "quickstart",

@@ -98,40 +98,14 @@ def test_on_policy_first_update_reproducible_runs_and_bit_identical_resume(
     assert not torch.equal(straight.val_images[0], straight.val_images[3])
 
 
-class _KillServerAtStep:
-    """Wraps the reward scorer: at `step` it kills rollout server 0 (mid-step, after the rollout)."""
-
-    def __init__(self, components, step: int) -> None:
-        self.inner, self.components, self.step = components.reward, components, step
-        components.reward = self
-
-    def score_records(self, images, records, *, step=None):
-        if step == self.step:
-            import ray
-
-            ray.kill(self.components.rollout.servers[0])
-        return self.inner.score_records(images, records, step=step)
-
-    def close(self):
-        self.inner.close()
-
-
 def test_a_rollout_server_killed_mid_step_exits_1_naming_it_and_the_last_checkpoint_stays(
-    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, monkeypatch, capsys
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, kill_rollout_server_at, capsys
 ):
     import time
 
-    from verl_omni.trainer import components as components_module
     from verl_omni.trainer.main import EXIT_FAILED, run
 
-    real_build = components_module.build_components
-
-    def build_with_killer(prepared, **kwargs):
-        built = real_build(prepared, **kwargs)
-        _KillServerAtStep(built, step=2)
-        return built
-
-    monkeypatch.setattr(components_module, "build_components", build_with_killer)
+    kill_rollout_server_at(2)
     ckpt = tmp_path / "ckpt"
     argv = [
         *_cli_run(tiny_qwen_image_path, fast_overrides, tmp_path, steps=3),
