@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import pathlib
-import random
 import time
 from collections.abc import Iterator
 
@@ -22,39 +21,30 @@ import torch
 from tensordict import TensorDict
 
 from verl_core.rollout.errors import WeightSyncError  # re-exported: the trainer's served-weights check raises it
-from verl_omni.algos import (
-    apply_adv_mode,
-    compute_flow_grpo_advantages,
-    dpo_train_sigmas,
-    loss_spec,
-    old_policy_decay,
-    select_preference_pairs,
-    select_train_timesteps,
-)
-from verl_omni.algos.dance_grpo import timestep_subset_mask
+from verl_omni.algos import compute_flow_grpo_advantages, loss_spec, old_policy_decay
 from verl_omni.config.actor import torch_dtype_name
 from verl_omni.data import iter_batches
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.reward.batch import RewardOutput
 from verl_omni.reward.stream import RewardStream
-from verl_omni.rollout import pin_sde_window
 from verl_omni.trainer.checkpoint import run_signature
 from verl_omni.trainer.components import TrainerComponents
 from verl_omni.trainer.config import DiffusionTrainerConfig
 from verl_omni.trainer.flops import StageFlops
 from verl_omni.trainer.report import begin_val_images, save_val_images
+from verl_omni.trainer.separate_mode import SeparateModeMixin
 from verl_omni.trainer.separate_rollout import SeparateRollout
-from verl_omni.trainer.staleness import GroupConsumer, assemble_batch, importance_weights
+from verl_omni.trainer.staleness import GroupConsumer
+from verl_omni.trainer.step_data import STEP_SEED_STRIDE, StepDataMixin
 
 __all__ = ["FlowGRPOTrainer", "WeightSyncError"]
 
 logger = logging.getLogger(__name__)
 
-_STEP_SEED_STRIDE = 1_000_003  # > prompts x n of any step: request seeds of two steps never overlap
 _VAL_SEED_OFFSET = 7_777_777  # validation noise is the same at every validation, so samples are comparable
 
 
-class FlowGRPOTrainer:
+class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
     """FlowGRPO on a diffusers pipeline: Ray actor ranks (FSDP2), colocated rollout servers, a reward scorer.
 
     Features and their flags:
@@ -253,12 +243,8 @@ class FlowGRPOTrainer:
                 # 9. weight sync: the rollout wakes, actor rank 0 streams the new weights to every server
                 #    (separate: every `parameter_sync_step` steps, between two of the rollout's requests)
                 with _timer(timing, "update_weights"):
-                    if self.separate is None:
-                        metrics.update(self._sync_weights(step))
-                    elif step % self.config.trainer.separate.parameter_sync_step == 0:
-                        with self.separate.pause():
-                            metrics.update(self._sync_weights(step))
-                            self.separate.set_version(step)
+                    sync = self._sync_weights if self.separate is None else self._separate_sync
+                    metrics.update(sync(step))
 
             # 10. validation
             if trainer.test_freq > 0 and (step % trainer.test_freq == 0 or step == c.total_steps):
@@ -273,9 +259,7 @@ class FlowGRPOTrainer:
 
             # 12. metrics
             metrics.update(self._step_metrics(batch, rewards, reward_metrics, start, timing, step))
-            if self.separate is not None:
-                metrics["async/actor_idle_frac"] = timing.get("queue_wait", 0.0) / timing["step"]
-                metrics.update(self.separate.idle_metrics())
+            metrics.update(self._separate_metrics(timing))
             self.history.append(metrics)
             c.tracker.log(metrics, step)
             progress.update(1)
@@ -295,7 +279,7 @@ class FlowGRPOTrainer:
         last scored.
         """
         c = self._components()
-        seed = self.seed + step * _STEP_SEED_STRIDE
+        seed = self.seed + step * STEP_SEED_STRIDE
         with contextlib.ExitStack() as scope:
             stream = None
             if self.config.reward.stream:
@@ -324,136 +308,6 @@ class FlowGRPOTrainer:
             scored = c.reward.score_records(batch["images"], per_sample, step=step)
         timing["reward"] = timing["reward_exposed"]
         return batch, scored
-
-    def _start_separate(self) -> None:
-        """`trainer.mode: separate`: start the producer on the rollout's pool, from the step after `self.step`."""
-        c, sep = self._components(), self.config.trainer.separate
-        queue_size = sep.queue_size or self.config.data.train_batch_size * (sep.max_off_policy_threshold + 1)
-
-        def plan(index: int) -> tuple[DiffusionSamplingConfig, int, int]:  # the colocated step's sampling and seed
-            sampling, start = self._step_sampling(index)
-            return sampling, start, self.seed + index * _STEP_SEED_STRIDE
-
-        self.separate = SeparateRollout(
-            c.rollout, c.prompts, plan, threshold=sep.max_off_policy_threshold, queue_size=queue_size,
-            version=self.weight_version, first_batch=self.step + 1,
-        )  # fmt: skip
-        self.consumer = GroupConsumer(
-            self.separate.queue, sep.max_off_policy_threshold, sep.queue_timeout_s, self.separate.check,
-            self.separate.describe,
-        )  # fmt: skip
-        self.separate.start()
-
-    def _take_groups(self, timing: dict, metrics: dict) -> tuple[list, TensorDict, int]:
-        """Separate steps 1-3: `data.train_batch_size` groups of lag <= threshold (`GroupConsumer.take`)."""
-        separate, consumer = self.separate, self.consumer
-        if separate is None or consumer is None:
-            raise RuntimeError("FlowGRPOTrainer: trainer.mode=separate without a started producer")
-        metrics["async/queue_depth_before"] = float(separate.queue.qsize())
-        # the actor's version is the steps it has trained (`self.weight_version` is what the servers hold)
-        groups, queue_metrics = consumer.take(self.config.data.train_batch_size, self.step)
-        timing["queue_wait"] = queue_metrics.pop("timing_s/queue_wait")
-        metrics.update(queue_metrics)
-        states = [g.sampler_state for g in groups if g.sampler_state is not None]
-        if states:
-            separate.sampler_state = states[-1]
-        start = groups[-1].window_start
-        self.window_start = start if self.window else None
-        records, batch = assemble_batch(groups, self.step)
-        return records, batch, start
-
-    def _score(self, records: list, batch: TensorDict, step: int, timing: dict) -> tuple[TensorDict, RewardOutput]:
-        """Separate step 4: the rewards of the step's groups (the reward model awake through it)."""
-        c = self._components()
-        per_sample = [records[int(i)] for i in batch["prompt_index"]]
-        with _timer(timing, "reward"), self._reward_model_awake(f"the reward of step {step}"):
-            scored = c.reward.score_records(batch["images"], per_sample, step=step)
-        return batch, scored
-
-    def _correct_staleness(self, batch: TensorDict) -> dict[str, float]:
-        """Separate step 6b: the gap per lag; with `rollout_is`, advantages weighted by the truncated IS weights.
-
-        The weights multiply the advantages (before the loss's `adv_clip_max` clamp); the clipped ratio then runs
-        against the recomputed (proximal) log-probs. Rows of lag 0 weigh exactly 1.
-        """
-        correction = self.config.algorithm.rollout_correction
-        threshold = correction.rollout_is_threshold if correction.rollout_is is not None else None
-        metrics = importance_weights(batch, threshold)
-        if threshold is not None:
-            weights = batch["rollout_is_weights"]
-            adv = batch["advantages"]
-            batch["advantages"] = (adv.unsqueeze(1) if adv.ndim == 1 else adv) * weights.to(adv.device, adv.dtype)
-        return metrics
-
-    def _prepare_clean_batch(self, batch: TensorDict, step: int) -> None:
-        """A loss on clean samples: advantages after `algorithm.adv_mode`, and each row's trained timesteps.
-
-        `train_timesteps` `(B, max(1, ⌊N·timestep_fraction⌋))` is a random subset of the sampler's grid per row,
-        drawn from the run seed and the step (a resumed run draws the same).
-        """
-        algo = self.config.algorithm
-        clip = self.config.actor_rollout_ref.actor.diffusion_loss.adv_clip_max
-        batch["advantages"] = apply_adv_mode(batch["advantages"], algo.adv_mode, clip)
-        gen = torch.Generator().manual_seed(self.seed + step * _STEP_SEED_STRIDE)
-        batch["train_timesteps"] = select_train_timesteps(batch["timesteps"], algo.timestep_fraction, gen)
-
-    def _prepare_pair_batch(self, batch: TensorDict, rewards: torch.Tensor, step: int) -> TensorDict:
-        """Online Diffusion-DPO: each group's best and worst sample as adjacent rows, one shared ε and σ per pair.
-
-        ε ~ N(0, I) and σ (`dpo_train_sigmas`: logit-normal on the 1000-step training table) are drawn from the run
-        seed and the step (a resumed run draws the same).
-        """
-        rows = select_preference_pairs(torch.as_tensor(rewards), batch["prompt_index"])
-        pairs = batch[rows]
-        gen = torch.Generator().manual_seed(self.seed + step * _STEP_SEED_STRIDE)
-        x0 = pairs["latents_clean"]
-        n_pairs = rows.numel() // 2
-        noise = torch.randn((n_pairs, *x0.shape[1:]), generator=gen, dtype=torch.float32)
-        pairs["dpo_noise"] = noise.repeat_interleave(2, dim=0).to(x0.device)
-        pairs["dpo_sigma"] = dpo_train_sigmas(n_pairs, gen).repeat_interleave(2).to(x0.device)
-        return pairs
-
-    def _step_sampling(self, step: int) -> tuple[DiffusionSamplingConfig, int]:
-        """The step's sampling config with the SDE window pinned to `[start, start + K]`, and `start`."""
-        if not self.window:
-            return self.train_sampling, 0
-        algo = self.config.actor_rollout_ref.rollout.algo
-        sampling = pin_sde_window(
-            self.train_sampling,
-            step,
-            algo.sde_window_seed,
-            strategy=algo.sample_strategy,
-            iters_per_group=algo.iters_per_group,
-        )
-        return sampling, sampling.sde_window_range[0]
-
-    def _train_step_mask(self, batch: TensorDict, step: int) -> torch.Tensor:
-        """DanceGRPO's per-sample subset of the `K` stored steps (`algorithm.timestep_fraction`), `(B, K)` bool.
-
-        Drawn from the run seed and the step only, so a resumed run draws the same subsets.
-        """
-        seed = random.Random(f"timestep-subset/{self.seed}/{step}").getrandbits(63)
-        rows, k = batch["log_probs"].shape
-        return timestep_subset_mask(
-            rows, k, self.config.algorithm.timestep_fraction, torch.Generator().manual_seed(seed)
-        )
-
-    def _resume_window(self, saved: int | None) -> None:
-        """Restore the checkpointed window start; the schedule must place the checkpoint's step there again.
-
-        Raises:
-            ValueError: the window schedule (`rollout.algo.sample_strategy`, `sde_window_*`, `iters_per_group`) puts
-                the checkpoint's step elsewhere than the checkpoint recorded.
-        """
-        now = self._step_sampling(self.step)[1] if self.window and self.step > 0 else None
-        if saved is not None and now is not None and int(saved) != now:
-            raise ValueError(
-                f"actor_rollout_ref.rollout.algo.sample_strategy: the checkpoint of step {self.step} recorded the SDE "
-                f"window start {saved}, but this config's window schedule places step {self.step} at {now}; resume "
-                "with the checkpoint's sample_strategy / sde_window_size / sde_window_range / sde_window_seed / "
-                "iters_per_group, or start a new run in another trainer.default_local_dir"
-            )
-        self.window_start = now
 
     def _check_served_version(self, batch: TensorDict) -> None:
         """Every trajectory must come from the weights pushed last (a stale server would poison the update)."""
@@ -591,46 +445,6 @@ class FlowGRPOTrainer:
         if c.device != "cuda":
             return {}
         return {f"perf/max_memory_allocated_gb/{stage}": max(c.actor.call("peak_memory_gb"))}
-
-    def _step_metrics(
-        self,
-        batch: TensorDict,
-        rewards: torch.Tensor,
-        reward_metrics: dict[str, float],
-        start: int,
-        timing: dict[str, float],
-        step: int,
-    ) -> dict[str, float]:
-        c = self._components()
-        r = rewards.double()
-        adv = batch["advantages"].double()
-        index = batch["prompt_index"]
-        groups = [r[index == g] for g in index.unique()]
-        zero_std = sum(bool((g == g[0]).all()) for g in groups) / len(groups)
-        images = batch.batch_size[0]
-        metrics = {
-            "critic/rewards/mean": r.mean().item(),
-            "critic/rewards/std": r.std().item() if images > 1 else 0.0,
-            "critic/rewards/max": r.max().item(),
-            "critic/rewards/min": r.min().item(),
-            "critic/rewards/zero_std_ratio": zero_std,
-            "critic/advantages/mean": adv.mean().item(),
-            "critic/advantages/max": adv.max().item(),
-            "critic/advantages/min": adv.min().item(),
-            "rollout/sde_window_start": float(start),
-            "training/global_step": float(step),
-            "training/epoch": float(c.prompts.epoch),
-            "perf/images_per_step": float(images),
-            "perf/throughput": images / timing["step"],
-        }
-        metrics.update(reward_metrics)  # already prefixed `reward/`
-        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
-        for key in ("gen", "reward", "old_log_prob", "ref", "update_actor"):
-            if key in timing:
-                metrics[f"timing_per_image_ms/{key}"] = 1000 * timing[key] / images
-        if self._flops is not None:
-            metrics.update(self._flops.metrics(batch, timing))
-        return metrics
 
     # ---- cleanup ------------------------------------------------------------------------------------------
 
