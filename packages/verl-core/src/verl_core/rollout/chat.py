@@ -16,16 +16,15 @@ import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import httpx
-from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionMessage
-from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from verl_core.rollout.errors import BadRequestError, EngineError
 from verl_core.rollout.protocol import REQUEST_ID_PATTERN
+
+if TYPE_CHECKING:  # `openai` (~0.5-3 s to import) and `httpx` load only where a chat answer is built
+    from openai.types.chat import ChatCompletion
 
 __all__ = [
     "ChatCompletionRequest",
@@ -182,6 +181,10 @@ def chat_completion(
     completion_tokens: int,
 ) -> ChatCompletion:  # fmt: skip
     """Build the OpenAI `ChatCompletion` answer: one assistant choice per generated text, and the token usage."""
+    from openai.types import CompletionUsage
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage
+    from openai.types.chat.chat_completion import Choice
+
     choices = [
         Choice(
             index=i, finish_reason=reason, logprobs=None, message=ChatCompletionMessage(role="assistant", content=text)
@@ -207,6 +210,9 @@ async def forward_chat_completion(app: Any, body: dict[str, Any], path: str = "/
         BadRequestError: the app answered 4xx (its message is kept).
         EngineError: the app answered 5xx, or a body that is not an OpenAI `ChatCompletion`.
     """
+    import httpx
+    from openai.types.chat import ChatCompletion
+
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://in-process") as client:
         response = await client.post(path, json=body, timeout=None)  # bounded by the server's request timeout

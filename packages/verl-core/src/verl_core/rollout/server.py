@@ -16,9 +16,8 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
 from verl_core.best_effort import best_effort
@@ -39,6 +38,9 @@ from verl_core.rollout.metrics import ServerMetrics
 from verl_core.rollout.net import SERVER_KEEP_ALIVE_S, advertised_host, bind_socket, validation_message
 from verl_core.rollout.protocol import GenerateRequest, GenerateResponse
 from verl_core.rollout.server_weights import WeightSyncMixin
+
+if TYPE_CHECKING:  # `openai` loads only in the modules that build a chat answer (`verl_core.rollout.chat`)
+    from openai.types.chat import ChatCompletion
 
 __all__ = ["RolloutHttpServer", "ServerState"]
 
