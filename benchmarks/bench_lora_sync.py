@@ -62,7 +62,7 @@ def timed(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
 
 def peft_merge(layers: list[torch.nn.Module]) -> None:
     """peft's way: reset each layer from its pristine copies, then `layer.merge()`."""
-    from verl_omni.rollout import lora_merge
+    from verl_omni.rollout.lora import merge as lora_merge
 
     for layer in layers:
         lora_merge._reset(layer, lora_merge._pristine(layer))
@@ -71,7 +71,7 @@ def peft_merge(layers: list[torch.nn.Module]) -> None:
 
 def per_tensor_update(engine: Any, tensors: dict[str, torch.Tensor]) -> None:
     """The update before staged transfers: each host tensor moved and cast on its own, then the re-merge."""
-    from verl_omni.rollout.diffusers_engine import canonical_weight_name
+    from verl_omni.rollout.diffusers.engine import canonical_weight_name
 
     table = engine.weight_table(lora=True)
     with torch.no_grad():
@@ -83,7 +83,7 @@ def per_tensor_update(engine: Any, tensors: dict[str, torch.Tensor]) -> None:
 
 def sleep_cycle(engine: Any, tensors: dict[str, torch.Tensor], lora_config: Any, *, full: bool, repeats: int) -> dict:
     """Median sleep and wake seconds after a LoRA update; `full`: copy every tensor both ways (the old behaviour)."""
-    from verl_omni.rollout.host_offload import module_tensors
+    from verl_omni.rollout.diffusers.host_offload import module_tensors
 
     sleeps, wakes, copied = [], [], 0
     for _ in range(repeats + 1):
@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from verl_core.testing.server_contract import run
     from verl_omni.config import DiffusionRolloutConfig
-    from verl_omni.rollout import DiffusersHttpServer, lora_merge
+    from verl_omni.rollout import DiffusersHttpServer
+    from verl_omni.rollout.lora import merge as lora_merge
     from verl_omni.testing import random_transformer_lora
     from verl_omni.trainer.weight_push import WeightPusher
 

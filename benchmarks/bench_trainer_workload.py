@@ -80,7 +80,7 @@ class ProjectLoop:
         self, folder: pathlib.Path, w: Workload, device: torch.device, dtype: torch.dtype, compile_rollout: bool = False
     ) -> None:
         from verl_omni.pipelines import DiffusionSamplingConfig
-        from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
+        from verl_omni.rollout.diffusers.engine import DiffusersRolloutEngine
 
         self.folder, self.w, self.device, self.dtype = folder, w, device, dtype
         self.sampling = DiffusionSamplingConfig(
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             save()
 
         if loop is not None:  # sampling alone: the synced adapter merged (the engine default) vs in the forward
-            from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
+            from verl_omni.rollout.diffusers.engine import DiffusersRolloutEngine
 
             with phase("sampling", results, device) as entry:
                 unmerged = DiffusersRolloutEngine(folder, device=device, dtype=dtype, merge_lora=False)

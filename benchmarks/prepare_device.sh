@@ -14,4 +14,4 @@ bash ../shared/device/prepare.sh \
   h11 httpx httpcore anyio sniffio \
   rapidfuzz tenacity openai==3.60.0 distro jiter httpx2==2.16.2 httpcore2==2.16.2 truststore idna certifi
 echo "check first on the GPU machine (seconds, before a long run):"
-echo "  python3 -c 'import verl_core.rollout.app, verl_omni.trainer.main, verl_omni.rollout.diffusers_server, ray, tensordict, diffusers, hydra, uvicorn'"
+echo "  python3 -c 'import verl_core.rollout.app, verl_omni.trainer.main, verl_omni.rollout.diffusers.server, ray, tensordict, diffusers, hydra, uvicorn'"

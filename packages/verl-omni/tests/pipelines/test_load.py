@@ -10,7 +10,7 @@ from diffusers.utils import deprecation_utils
 from verl_omni.pipelines import StableDiffusion3PipelineWithLogProb
 from verl_omni.pipelines import load as load_module
 from verl_omni.pipelines.load import dtype_keyword, load_pipeline
-from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
+from verl_omni.rollout.diffusers.engine import DiffusersRolloutEngine
 
 
 def _ours(caplog) -> list[logging.LogRecord]:

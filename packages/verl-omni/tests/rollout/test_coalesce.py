@@ -13,7 +13,7 @@ from verl_core.testing.server_contract import canonical, run
 from verl_omni.config import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.rollout import DiffusersHttpServer
-from verl_omni.rollout.coalesce import coalescable
+from verl_omni.rollout.diffusers.coalesce import coalescable
 from verl_omni.rollout.protocol import DiffusionGenerateRequest
 from verl_omni.rollout.vllm_omni.server import vLLMOmniHttpServer
 

@@ -287,7 +287,7 @@ def _tensors(modules):
 
 
 def test_host_offload_round_trip_keeps_values_sharing_and_buffers():
-    from verl_omni.rollout.host_offload import HostOffload, module_tensors
+    from verl_omni.rollout.diffusers.host_offload import HostOffload, module_tensors
 
     modules = _tied_modules()
     tensors = list(module_tensors(modules))
@@ -307,7 +307,7 @@ def test_host_offload_round_trip_keeps_values_sharing_and_buffers():
 
 
 def test_host_offload_reuses_the_host_copies_on_the_next_sleep():
-    from verl_omni.rollout.host_offload import HostOffload, module_tensors
+    from verl_omni.rollout.diffusers.host_offload import HostOffload, module_tensors
 
     modules = _tied_modules()
     offload = HostOffload(pin=False)
@@ -324,7 +324,7 @@ def test_host_offload_reuses_the_host_copies_on_the_next_sleep():
 
 
 def test_host_offload_moves_tensors_created_while_offloaded_and_drops_stale_copies():
-    from verl_omni.rollout.host_offload import HostOffload
+    from verl_omni.rollout.diffusers.host_offload import HostOffload
 
     modules = _tied_modules()
     offload = HostOffload(pin=False)
@@ -339,7 +339,7 @@ def test_host_offload_moves_tensors_created_while_offloaded_and_drops_stale_copi
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="pinning works with CUDA")
 def test_host_offload_without_cuda_raises_before_repointing_anything():
-    from verl_omni.rollout.host_offload import HostOffload
+    from verl_omni.rollout.diffusers.host_offload import HostOffload
 
     modules = _tied_modules()
     ptrs = [t.data_ptr() for t in _tensors(modules)]
@@ -349,7 +349,7 @@ def test_host_offload_without_cuda_raises_before_repointing_anything():
 
 
 def test_engine_offload_round_trip_with_a_merged_lora(model, request, tiny_sampling_config):
-    from verl_omni.rollout.host_offload import HostOffload
+    from verl_omni.rollout.diffusers.host_offload import HostOffload
 
     engine, path = _make(model, request, tiny_sampling_config)
     tensors, config = _lora(path, seed=1)
@@ -370,7 +370,7 @@ def test_engine_offload_round_trip_with_a_merged_lora(model, request, tiny_sampl
 
 
 def test_engine_lora_update_while_offloaded_is_served_after_onload(model, request, tiny_sampling_config):
-    from verl_omni.rollout.host_offload import HostOffload
+    from verl_omni.rollout.diffusers.host_offload import HostOffload
 
     engine, path = _make(model, request, tiny_sampling_config)
     fresh, _ = _make(model, request, tiny_sampling_config)
@@ -387,7 +387,7 @@ def test_engine_lora_update_while_offloaded_is_served_after_onload(model, reques
 
 
 def test_engine_sleep_and_wake_through_host_copies(model, request, tiny_sampling_config):
-    from verl_omni.rollout.host_offload import HostOffload
+    from verl_omni.rollout.diffusers.host_offload import HostOffload
 
     engine, path = _make(model, request, tiny_sampling_config)
     tensors, config = _lora(path, seed=1)
@@ -408,7 +408,7 @@ def test_engine_sleep_and_wake_through_host_copies(model, request, tiny_sampling
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="pinning works with CUDA")
 def test_engine_sleep_falls_back_to_to_cpu_when_pinning_fails(model, request, tiny_sampling_config, caplog):
-    from verl_omni.rollout.host_offload import HostOffload
+    from verl_omni.rollout.diffusers.host_offload import HostOffload
 
     engine, _ = _make(model, request, tiny_sampling_config)
     first = engine.generate(PROMPTS[:1], generator=make_generators(0, 2))
@@ -422,7 +422,7 @@ def test_engine_sleep_falls_back_to_to_cpu_when_pinning_fails(model, request, ti
 
 
 def test_host_offload_copies_only_what_was_written_since_onload():
-    from verl_omni.rollout.host_offload import HostOffload, module_tensors
+    from verl_omni.rollout.diffusers.host_offload import HostOffload, module_tensors
 
     modules = _tied_modules()
     offload = HostOffload(pin=False)
@@ -443,7 +443,7 @@ def test_host_offload_copies_only_what_was_written_since_onload():
 
 
 def test_host_offload_discard_drops_values_and_onload_lists_them():
-    from verl_omni.rollout.host_offload import HostOffload
+    from verl_omni.rollout.diffusers.host_offload import HostOffload
 
     modules = _tied_modules()
     weight = modules[0].own.weight
@@ -460,7 +460,7 @@ def test_host_offload_discard_drops_values_and_onload_lists_them():
 
 
 def test_engine_sleep_drops_merged_lora_weights_and_copies_only_changes(model, request, tiny_sampling_config):
-    from verl_omni.rollout.host_offload import HostOffload
+    from verl_omni.rollout.diffusers.host_offload import HostOffload
 
     engine, path = _make(model, request, tiny_sampling_config)
     fresh, _ = _make(model, request, tiny_sampling_config)

@@ -9,7 +9,7 @@ import torch
 
 from verl_omni.pipelines import make_generators
 from verl_omni.rollout import DiffusersRolloutEngine
-from verl_omni.rollout.diffusers_engine import compile_transformer_blocks
+from verl_omni.rollout.diffusers.engine import compile_transformer_blocks
 
 PROMPTS = ["a cat on a red chair"]
 

@@ -317,7 +317,7 @@ def test_merge_lora_switch_is_a_trainer_config_override(tiny_qwen_image_path):
 def test_compile_blocks_defaults_to_cuda_and_not_enforce_eager(
     tiny_qwen_image_path, monkeypatch, device, enforce_eager, engine_kwargs, compiled
 ):
-    import verl_omni.rollout.diffusers_server as server_module
+    import verl_omni.rollout.diffusers.server as server_module
 
     monkeypatch.setattr(server_module, "resolve_device", lambda _: torch.device(device))  # no GPU needed to decide
     config = _config(tiny_qwen_image_path, enforce_eager=enforce_eager, engine_kwargs=engine_kwargs)

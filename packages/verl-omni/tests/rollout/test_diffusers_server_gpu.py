@@ -121,7 +121,7 @@ def test_gpu_engine_sleep_uses_reused_pinned_host_copies(model, request, capsys)
 def test_gpu_engine_update_from_host_tensors_equals_update_from_device_tensors(model, request):
     from verl_omni.pipelines import DiffusionSamplingConfig, make_generators
     from verl_omni.rollout import DiffusersRolloutEngine
-    from verl_omni.rollout.staging import packed_copy
+    from verl_omni.rollout.diffusers.staging import packed_copy
 
     path = request.getfixturevalue(f"tiny_{model}_path")
     sampling = DiffusionSamplingConfig(**SAMPLING)

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from verl_omni.rollout import lora_merge
+from verl_omni.rollout.lora import merge as lora_merge
 
 TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 
@@ -91,10 +91,10 @@ def test_layers_the_fast_path_does_not_cover_go_through_peft(tiny_qwen_image_pat
 
 
 def test_kernel_supports_only_cuda_tensors_of_matching_shapes():
-    from verl_omni.rollout import lora_merge_kernel
+    from verl_omni.rollout.lora import kernel as lora_kernel
 
     w = torch.zeros(6, 5, dtype=torch.bfloat16)
-    assert not lora_merge_kernel.supports(w, w.clone(), torch.zeros(6, 2), torch.zeros(2, 5))  # on the CPU
+    assert not lora_kernel.supports(w, w.clone(), torch.zeros(6, 2), torch.zeros(2, 5))  # on the CPU
 
 
 def _within_rounding(got, want, w0, lora_b, lora_a, scale) -> tuple[bool, float]:
@@ -112,7 +112,7 @@ def _within_rounding(got, want, w0, lora_b, lora_a, scale) -> tuple[bool, float]
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("shape", [(70, 33, 4), (128, 200, 80), (3, 5, 1), (256, 3072, 64)])
 def test_kernel_merge_equals_the_torch_merge_up_to_the_summation_order(shape, dtype):
-    from verl_omni.rollout import lora_merge_kernel
+    from verl_omni.rollout.lora import kernel as lora_kernel
 
     m, n, k = shape
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -122,19 +122,19 @@ def test_kernel_merge_equals_the_torch_merge_up_to_the_summation_order(shape, dt
     for scale in (2.0, 0.37):  # a power of two (the torch path scales A) and not
         want = torch.empty_like(w0)
         torch.add(w0, lora_merge._delta(lora_b, lora_a, scale), out=want)
-        assert lora_merge_kernel.supports(want, w0, lora_b, lora_a)
+        assert lora_kernel.supports(want, w0, lora_b, lora_a)
         got = torch.full_like(w0, float("nan"))
-        lora_merge_kernel.merge_many([(got, w0, lora_b, lora_a, scale)])
+        lora_kernel.merge_many([(got, w0, lora_b, lora_a, scale)])
         within, differing = _within_rounding(got, want, w0, lora_b, lora_a, scale)
         assert within, (scale, float((got.float() - want.float()).abs().max()))
         if dtype != torch.float32:  # a 16-bit result differs only where the float32 sum crosses a rounding boundary
             assert differing <= 1e-3, (scale, differing)
-    assert not lora_merge_kernel.supports(want.t(), w0.t(), lora_a.t(), lora_b.t())  # rows not contiguous
+    assert not lora_kernel.supports(want.t(), w0.t(), lora_a.t(), lora_b.t())  # rows not contiguous
 
 
 @pytest.mark.gpu
 def test_one_launch_per_layout_equals_one_launch_per_layer():
-    from verl_omni.rollout import lora_merge_kernel
+    from verl_omni.rollout.lora import kernel as lora_kernel
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     jobs = []
@@ -145,10 +145,10 @@ def test_one_launch_per_layout_equals_one_launch_per_layer():
         w0 = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
         factors = torch.randn(m, k, device="cuda", generator=gen), torch.randn(k, n, device="cuda", generator=gen)
         jobs.append((torch.empty_like(w0), w0, *factors, 0.5 + len(jobs)))  # a scale per layer
-    lora_merge_kernel.merge_many(jobs)  # three launches: the three layouts
+    lora_kernel.merge_many(jobs)  # three launches: the three layouts
     for out, w0, lora_b, lora_a, scale in jobs:
         alone = torch.empty_like(out)
-        lora_merge_kernel.merge_many([(alone, w0, lora_b, lora_a, scale)])
+        lora_kernel.merge_many([(alone, w0, lora_b, lora_a, scale)])
         assert torch.equal(out, alone)
 
 
@@ -174,8 +174,8 @@ def test_merge_with_the_kernel_matches_peft_on_a_gpu_transformer(tiny_qwen_image
 
 def _kernel_runs_for(layer) -> bool:
     """The kernel path runs for `layer` (float32 adapters on CUDA): `supports` says yes for its tensors."""
-    from verl_omni.rollout import lora_merge_kernel
+    from verl_omni.rollout.lora import kernel as lora_kernel
 
     a = layer.active_adapters[0]
     weight, saved = layer.get_base_layer().weight.data, lora_merge._pristine(layer)["weight"]
-    return lora_merge_kernel.supports(weight, saved, layer.lora_B[a].weight, layer.lora_A[a].weight)
+    return lora_kernel.supports(weight, saved, layer.lora_B[a].weight, layer.lora_A[a].weight)

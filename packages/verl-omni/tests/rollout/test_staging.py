@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from verl_omni.rollout.staging import _chunks, packed_copy, staged_to_device
+from verl_omni.rollout.diffusers.staging import _chunks, packed_copy, staged_to_device
 
 
 def _mixed():

@@ -4,7 +4,7 @@ Other packages register a backend either by calling `register_backend(name, "pkg
 without any import-time side effect, through an entry point in the group `verl_core.rollout_backends`::
 
     [project.entry-points."verl_core.rollout_backends"]
-    diffusers = "verl_omni.rollout.diffusers_server:DiffusersHttpServer"
+    diffusers = "verl_omni.rollout.diffusers.server:DiffusersHttpServer"
 """
 
 from __future__ import annotations

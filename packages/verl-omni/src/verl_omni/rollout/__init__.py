@@ -13,13 +13,13 @@ from verl_omni.rollout.agent_loop import (
     register_agent_loop,
     sde_window_start,
 )
-from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
-from verl_omni.rollout.diffusers_server import DiffusersHttpServer
+from verl_omni.rollout.diffusers.engine import DiffusersRolloutEngine
+from verl_omni.rollout.diffusers.server import DiffusersHttpServer
 from verl_omni.rollout.protocol import DiffusionGenerateRequest, DiffusionGenerateResponse
 
 # The entry points in pyproject register both backends for installed dists; registering the same targets on import
 # as well lets a source checkout on PYTHONPATH (no package metadata, e.g. a cluster image) launch them by name.
-register_backend("diffusers", "verl_omni.rollout.diffusers_server:DiffusersHttpServer")
+register_backend("diffusers", "verl_omni.rollout.diffusers.server:DiffusersHttpServer")
 register_backend("vllm_omni", "verl_omni.rollout.vllm_omni.server:vLLMOmniHttpServer")
 
 __all__ = [

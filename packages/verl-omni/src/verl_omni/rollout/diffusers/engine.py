@@ -15,9 +15,9 @@ from tensordict import TensorDict
 from verl_omni.models.base import get_class
 from verl_omni.pipelines import LOGPROB_PIPELINES, DiffusionSamplingConfig
 from verl_omni.pipelines.load import load_pipeline
-from verl_omni.rollout import lora_merge
-from verl_omni.rollout.host_offload import HostOffload
-from verl_omni.rollout.staging import staged_to_device
+from verl_omni.rollout.diffusers.host_offload import HostOffload
+from verl_omni.rollout.diffusers.staging import staged_to_device
+from verl_omni.rollout.lora import merge as lora_merge
 
 __all__ = ["DiffusersRolloutEngine", "canonical_weight_name", "compile_transformer_blocks"]
 

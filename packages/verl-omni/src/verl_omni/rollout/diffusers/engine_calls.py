@@ -13,8 +13,8 @@ import torch
 from tensordict import TensorDict
 
 from verl_omni.pipelines import make_generators
-from verl_omni.rollout.coalesce import Job, segments, split_rows
-from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine
+from verl_omni.rollout.diffusers.coalesce import Job, segments, split_rows
+from verl_omni.rollout.diffusers.engine import DiffusersRolloutEngine
 
 __all__ = ["host_trajectories", "run_jobs", "to_host"]
 

@@ -20,16 +20,16 @@ from verl_core.rollout.server import RolloutHttpServer
 from verl_core.rollout.weights import TensorSpec, WeightKind, WeightUpdate, check_manifest
 from verl_omni.config.rollout import DiffusionRolloutConfig
 from verl_omni.pipelines import DiffusionSamplingConfig, GenerationAborted
-from verl_omni.rollout.coalesce import Coalescer, Job
-from verl_omni.rollout.diffusers_engine import DiffusersRolloutEngine, canonical_weight_name
-from verl_omni.rollout.diffusers_options import DTYPES, engine_options
-from verl_omni.rollout.engine_calls import host_trajectories, run_jobs
+from verl_omni.rollout.diffusers.coalesce import Coalescer, Job
+from verl_omni.rollout.diffusers.engine import DiffusersRolloutEngine, canonical_weight_name
+from verl_omni.rollout.diffusers.engine_calls import host_trajectories, run_jobs
+from verl_omni.rollout.diffusers.options import DTYPES, engine_options
+from verl_omni.rollout.diffusers.staging import packed_copy
 from verl_omni.rollout.protocol import (
     DiffusionGenerateRequest,
     DiffusionGenerateResponse,
     parse_diffusion_sampling_params,
 )
-from verl_omni.rollout.staging import packed_copy
 
 __all__ = ["DiffusersHttpServer"]
 
@@ -42,8 +42,9 @@ class DiffusersHttpServer(RolloutHttpServer):
     TensorDict, sent as binary tensors over HTTP (`verl_omni.rollout.protocol`). Requests run on the engine thread,
     one at a time; with `engine_kwargs.diffusers.coalesce=true` those waiting for it with equal sampling parameters
     (seed aside) are coalesced into one pipeline call of at most `coalesce_max_images` images (default 32), each
-    request's rows drawn with its own noise but rounded as part of the larger batch (`verl_omni.rollout.coalesce`;
-    off by default so that a request's result never depends on other requests). `abort` stops a
+    request's rows drawn with its own noise but rounded as part of the larger batch
+    (`verl_omni.rollout.diffusers.coalesce`; off by default so that a request's result never depends on other
+    requests). `abort` stops a
     request before its next denoising step (reason `"abort"`, no trajectory); a coalesced call stops early only
     when all its requests were aborted.
 

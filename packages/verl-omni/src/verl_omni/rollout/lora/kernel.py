@@ -1,6 +1,6 @@
 """LoRA merges on CUDA in one Triton kernel per layer shape: `out = W0 + scale * (B @ A)`, float32 sums, one rounding.
 
-peft's merge (and the torch path of `lora_merge`) runs a float32 matmul that writes the `out x in` delta to memory,
+peft's merge (and the torch path of `lora.merge`) runs a float32 matmul that writes the `out x in` delta to memory,
 then an add that reads it back: 12 bytes of traffic per bf16 weight besides the GEMM, and a few kernel launches per
 layer. Here each tile of the delta stays in registers (`tl.dot` in IEEE float32: the same products and float32
 sums as the torch path, in the kernel's order) and is added to the pristine weight on its way out: 4 bytes per

@@ -11,7 +11,7 @@ float32, so peft computes the delta in float32 and the in-place add into a bf16 
 For a plain `lora.Linear` layer `merge` does peft's arithmetic itself (`W = W0 + (B @ A) * scaling`, the same
 kernels in the same order, so the same bits) without peft's per-call bookkeeping and without a separate reset copy;
 other layers (DoRA, `lora_bias`, `fan_in_fan_out`, embeddings, convolutions) go through peft's `merge()`. On CUDA
-a plain layer with one active adapter is merged by a Triton kernel (`lora_merge_kernel`, one launch per layer
+a plain layer with one active adapter is merged by a Triton kernel (`lora.kernel`, one launch per layer
 layout: the same float32 products and sums, the delta never written to memory; the summation order is the
 kernel's, so a rare last bit may differ from peft's), unless `kernel=False`. `MergePlan` does the per-layer
 lookups once for merges repeated after every weight update.
@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from verl_omni.rollout import lora_merge_kernel
+from verl_omni.rollout.lora import kernel as lora_kernel
 
 __all__ = ["MergePlan", "keep_adapter_fp32", "merge", "pristine_tensors", "restore", "wrapped_layers"]
 
@@ -81,16 +81,14 @@ class _Plain:
             param.data.copy_(tensor)
         self.layer.merged_adapters[:] = self.adapters
 
-    def job(self) -> lora_merge_kernel.MergeJob | None:
+    def job(self) -> lora_kernel.MergeJob | None:
         """The kernel's job for this layer, or None (several adapters, or tensors it does not cover)."""
         if len(self.factors) != 1:
             return None
         lora_b, lora_a, scale = self.factors[0]
         weight = self.weight.data
         return (
-            (weight, self.w0, lora_b, lora_a, scale)
-            if lora_merge_kernel.supports(weight, self.w0, lora_b, lora_a)
-            else None
+            (weight, self.w0, lora_b, lora_a, scale) if lora_kernel.supports(weight, self.w0, lora_b, lora_a) else None
         )
 
     def merge_with_torch(self) -> None:
@@ -114,7 +112,7 @@ class MergePlan:
     Finding each layer's tensors and checking which path it takes costs more host time than the kernels on a GPU,
     so a plan does it once. It stays valid while the layers keep their adapters (build a new one after adding or
     removing one); moving the module's tensors in place (sleep / wake) does not invalidate it. Plain `lora.Linear`
-    layers with float32 adapters are merged here (on CUDA, one kernel per layer shape: `lora_merge_kernel`, unless
+    layers with float32 adapters are merged here (on CUDA, one kernel per layer shape: `lora.kernel`, unless
     `kernel=False`); other layers (DoRA, `lora_bias`, `fan_in_fan_out`, embeddings, convolutions) by peft's
     `merge()`. The first plan of a layer saves its pristine base parameters.
     """
@@ -150,7 +148,7 @@ class MergePlan:
             else:
                 jobs.append(job)
         if jobs:
-            lora_merge_kernel.merge_many(jobs)
+            lora_kernel.merge_many(jobs)
         for layer in self._peft:
             _reset(layer, _pristine(layer))
             layer.merge()  # peft: base.weight += get_delta_weight(a) for the active adapters; `merged` becomes True
