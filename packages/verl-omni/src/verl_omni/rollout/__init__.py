@@ -1,4 +1,7 @@
-"""Rollout side of verl-omni: the embedded diffusers engine and server, the diffusion protocol, the agent loop.
+"""Rollout side of verl-omni, by subsystem: the `diffusers/` and `vllm_omni/` backends, `lora/`, shared pieces.
+
+Shared beside them: `protocol` (the diffusion request / response), `agent_loop`. The flat `diffusers_*`,
+`lora_merge*`, ... modules are re-exports of their new homes, kept so old imports work.
 
 The server is registered as rollout backend `diffusers` (entry point group `verl_core.rollout_backends`), so
 `verl_core.rollout.replica.RolloutReplica` launches it from a `DiffusionRolloutConfig`.
