@@ -108,7 +108,7 @@ def sleep_cycle(engine: Any, tensors: dict[str, torch.Tensor], lora_config: Any,
 _CHILD = """
 import json, statistics, sys, time
 import torch
-from verl_omni.trainer.weight_push import WeightPusher
+from verl_core.rollout.weight_push import WeightPusher
 
 address, saved, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
 tensors, peft_config, bucket = torch.load(saved)
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from verl_omni.rollout import DiffusersHttpServer
     from verl_omni.rollout.lora import merge as lora_merge
     from verl_omni.testing import random_transformer_lora
-    from verl_omni.trainer.weight_push import WeightPusher
+    from verl_core.rollout.weight_push import WeightPusher
 
     w = PRESETS[args.preset]
     device = torch.device(args.device)

@@ -146,7 +146,7 @@ _PUSHER = """
 import json, sys
 import torch
 from verl_omni.testing import random_transformer_lora
-from verl_omni.trainer.weight_push import WeightPusher
+from verl_core.rollout.weight_push import WeightPusher
 
 address, path, version = sys.argv[1], sys.argv[2], int(sys.argv[3])
 tensors, peft_config = random_transformer_lora(path, seed=1)

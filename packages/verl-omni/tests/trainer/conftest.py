@@ -86,7 +86,7 @@ def run_trainer(
         trainer.setup(components)
         trainer.train()
         if fingerprint:
-            prints = components.actor.call("state_fingerprint")[0]
+            prints = components.actor.state_fingerprint()[0]
         if inspect is not None:
             inspect(components)
     except Exception as e:  # the caller checks it

@@ -76,15 +76,24 @@ def test_the_trainer_fuses_only_an_on_policy_update_without_bypass(quickstart, m
 
 
 class _ActorSpy:
-    """Wraps the `ActorGroup`: records each `run_split` method and whether its batch carried `old_log_probs`."""
+    """Wraps the `ActorGroup`: records each split call (method) and whether its batch carried `old_log_probs`."""
 
     def __init__(self, components) -> None:
         self.inner, self.calls = components.actor, []
         components.actor = self
 
-    def run_split(self, method, batch):
+    def _spy(self, method, batch):
         self.calls.append((method, "old_log_probs" in batch))
-        return self.inner.run_split(method, batch)
+        return getattr(self.inner, method)(batch)
+
+    def compute_log_prob(self, batch):
+        return self._spy("compute_log_prob", batch)
+
+    def compute_ref(self, batch):
+        return self._spy("compute_ref", batch)
+
+    def update_policy(self, batch):
+        return self._spy("update_policy", batch)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -73,14 +73,14 @@ class _ServedWeightsProbe:
         self.seen: list[tuple[int, int, float]] = []  # (version, tensors compared, sum of |served| of server 0)
         components.actor = self
 
-    def call(self, method, *args, **kwargs):
-        out = self.inner.call(method, *args, **kwargs)
-        if method == "push_weights" and len(self.seen) < self.steps:
+    def push_weights(self, *args, **kwargs):
+        out = self.inner.push_weights(*args, **kwargs)
+        if len(self.seen) < self.steps:
             self._compare(version=args[1])
         return out
 
     def _compare(self, version: int) -> None:
-        model = self.inner.call("state_fingerprint")[0]["model"]
+        model = self.inner.state_fingerprint()[0]["model"]
         actor = {name.replace(".default.", "."): t for name, t in model.items()}  # peft's adapter name dropped
         served = self.rollout.served_weights(sorted(actor), "lora")
         assert sorted(served) == list(range(self.rollout.num_servers))
@@ -129,10 +129,8 @@ def test_a_sync_that_sends_nothing_fails_the_run_at_its_first_sync_naming_the_se
         def __init__(self, inner) -> None:
             self.inner = inner
 
-        def call(self, method, *args, **kwargs):
-            if method == "push_weights":
-                args = ([], *args[1:])  # the sync silently does nothing
-            return self.inner.call(method, *args, **kwargs)
+        def push_weights(self, targets, *args, **kwargs):
+            return self.inner.push_weights([], *args, **kwargs)  # the sync silently does nothing
 
         def __getattr__(self, name):
             return getattr(self.inner, name)

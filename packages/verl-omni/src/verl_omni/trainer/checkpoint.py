@@ -186,12 +186,13 @@ class CheckpointManager:
 
     # ---- saving -------------------------------------------------------------------------------------------
 
-    def save(self, step: int, save_actor: Callable[[str], None], trainer_state: dict[str, Any]) -> pathlib.Path:
+    def save(self, step: int, save_actor: Callable[[str], object], trainer_state: dict[str, Any]) -> pathlib.Path:
         """Write checkpoint `step` atomically and return its folder.
 
         Args:
             step (`int`): the training step just finished.
-            save_actor (`Callable[[str], None]`): writes the actor engine's checkpoint into the given folder.
+            save_actor (`Callable[[str], object]`): writes the actor engine's checkpoint into the given folder (its
+                result is ignored).
             trainer_state (`dict`): the driver's state (sampler, counters).
         """
         self.root.mkdir(parents=True, exist_ok=True)

@@ -18,12 +18,14 @@ from typing import Any
 
 from verl_core.ray_tensors import register_tensor_transport
 from verl_omni.data import PromptDataset, PromptSampler
+from verl_omni.trainer.actor_group import ActorGroup
 from verl_omni.trainer.checkpoint import CheckpointManager, run_signature
 from verl_omni.trainer.config import DiffusionTrainerConfig
 from verl_omni.trainer.interfaces import ActorRanks, MetricsTracker, PromptSource, RewardScorer, RolloutService
 from verl_omni.trainer.placement import COLOCATED_SHARE, ResourcePool, init_ray
 from verl_omni.trainer.tracking import Tracking, check_loggers
-from verl_omni.trainer.workers import ActorGroup, ActorWorker
+from verl_omni.trainer.worker_proxy import check_worker
+from verl_omni.trainer.workers import ActorWorker
 
 __all__ = [
     "TINY_SCHEME",
@@ -159,9 +161,12 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
 
     Raises:
         TimeoutError: the bundles cannot be placed in time.
+        WorkerInterfaceError: `ActorWorker` does not implement `ActorWorkerAPI` (before Ray starts; names the method).
         WorkerError / RolloutServiceError: a worker fails to start (names it).
     """
     import ray
+
+    check_worker(ActorGroup.role, ActorGroup.protocol, ActorWorker)  # a mismatch fails here, before any rank starts
 
     from verl_omni.reward import build_reward_manager
     from verl_omni.trainer.colocated_rollout import ColocatedRollout
@@ -210,12 +215,12 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
             )
             for rank, slot in enumerate(slots)
         ]
-        actor = ActorGroup(handles, [{} for _ in handles], trainer.worker_timeout_s)
-        start = {"timeout_s": float(trainer.ray_wait_register_center_timeout),
-                 "timeout_key": "trainer.ray_wait_register_center_timeout"}  # fmt: skip
-        actor.nodes = actor.call("node_info", list(trainer.ray_master_port_range), **start)
+        actor = ActorGroup(ActorWorker, handles, [{} for _ in handles], trainer.worker_timeout_s)
+        start_s = float(trainer.ray_wait_register_center_timeout)
+        start = actor.within(start_s, "trainer.ray_wait_register_center_timeout")
+        actor.nodes = start.nodes = start.node_info(list(trainer.ray_master_port_range))
         master = actor.nodes[0]
-        info = actor.call("init_engine", master["ip"], master["port"], **start)
+        info = start.init_engine(master["ip"], master["port"])
         logger.info("actor ranks: %d on %s; %s", len(handles), device, info[0])
         server_config = served_rollout_config(arr, device)
         rollout_slots, rollout_share = slots, share

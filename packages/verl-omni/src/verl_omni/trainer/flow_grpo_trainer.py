@@ -140,7 +140,7 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
         components.checkpoints.check_resume(path, run_signature(self.config), components.total_steps)
         if path is not None:
             state = components.checkpoints.load_trainer_state(path)
-            components.actor.call("load_checkpoint", str(path / "actor"))
+            components.actor.load_checkpoint(str(path / "actor"))
             components.prompts.load_state_dict(state["sampler"])
             self.step = int(state["step"])
             self._resume_window(state.get("sde_window_start"))
@@ -218,7 +218,7 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
                     batch["old_log_probs"] = batch["log_probs"].clone()
                 elif not self.fuse_old_log_prob:
                     with _timer(timing, "old_log_prob"):
-                        batch.update(torch.cat(c.actor.run_split("compute_log_prob", batch)))  # + old means
+                        batch.update(torch.cat(c.actor.compute_log_prob(batch)))  # + old means
                     metrics.update(self._peak_memory("old_log_prob"))
                 if self.separate is not None and "old_log_probs" in batch.keys():  # noqa: SIM118 - a TensorDict
                     # 6b. separate: the log-prob gap per lag; `rollout_is`: the truncated IS weights of stale groups
@@ -227,18 +227,18 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
                 # 7. reference transition means for the KL term
                 if self.use_kl:
                     with _timer(timing, "ref"):
-                        ref = torch.cat(c.actor.run_split("compute_ref", batch))
+                        ref = torch.cat(c.actor.compute_ref(batch))
                     batch["ref_prev_sample_mean"] = ref["ref_prev_sample_mean"]
                     metrics.update(self._peak_memory("ref"))
 
                 # 8. policy update: one optimizer step per mini-batch
                 with _timer(timing, "update_actor"):
-                    metrics.update(c.actor.run_split("update_policy", train_batch)[0])
+                    metrics.update(c.actor.update_policy(train_batch)[0])
                 metrics.update(self._peak_memory("update_actor"))
                 algo = self.config.algorithm
                 if "old_velocity" in self.loss.needs and step % algo.old_policy_update_interval == 0:
                     decay = old_policy_decay(step, algo.old_policy_decay_schedule, algo.old_policy_decay)
-                    metrics.update(c.actor.call("refresh_old_policy", decay)[0])  # θ_old ← d·θ_old + (1 − d)·θ
+                    metrics.update(c.actor.refresh_old_policy(decay)[0])  # θ_old ← d·θ_old + (1 − d)·θ
 
                 # 9. weight sync: the rollout wakes, actor rank 0 streams the new weights to every server
                 #    (separate: every `parameter_sync_step` steps, between two of the rollout's requests)
@@ -330,8 +330,7 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
             start = time.perf_counter()
             c.rollout.wake_up()
             wake_s = time.perf_counter() - start
-        pushed = c.actor.call(
-            "push_weights",
+        pushed = c.actor.push_weights(
             c.rollout.weight_targets(),
             version,
             rollout_cfg.update_weights_bucket_bytes,
@@ -371,7 +370,7 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
         c = self._components()
         start = time.perf_counter()
         dtype = torch_dtype_name(self.config.actor_rollout_ref.rollout.dtype)
-        exported = c.actor.call("exported_weights", dtype)[0]
+        exported = c.actor.exported_weights(dtype)[0]
         expected, kind = exported["tensors"], exported["kind"]
         served = c.rollout.served_weights(list(expected), kind)
         self._served_weights_checked = True
@@ -438,13 +437,13 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
             "sde_window_start": self.window_start,  # MixGRPO's window position at this step (None: no window)
             "run": run_signature(self.config),  # a resume must match these settings (`CheckpointManager.check_resume`)
         }
-        c.checkpoints.save(self.step, lambda path: c.actor.call("save_checkpoint", path), state)
+        c.checkpoints.save(self.step, c.actor.save_checkpoint, state)
 
     def _peak_memory(self, stage: str) -> dict[str, float]:
         c = self._components()
         if c.device != "cuda":
             return {}
-        return {f"perf/max_memory_allocated_gb/{stage}": max(c.actor.call("peak_memory_gb"))}
+        return {f"perf/max_memory_allocated_gb/{stage}": max(c.actor.peak_memory_gb())}
 
     # ---- cleanup ------------------------------------------------------------------------------------------
 

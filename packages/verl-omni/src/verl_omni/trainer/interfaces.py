@@ -1,7 +1,8 @@
 """The interfaces the FlowGRPO trainer drives: prompts, rollout, reward, actor ranks, metrics trackers.
 
 Each is a `Protocol`; the trainer never branches on which implementation it holds. Implement one by writing the
-methods (no inheritance needed).
+methods (no inheritance needed). The actor ranks are Ray workers: the trainer holds the typed proxy `ActorRanks`
+(`verl_omni.trainer.actor_group.ActorGroup`), whose methods come from the per-rank Protocol `ActorWorkerAPI`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ import torch
 from tensordict import TensorDict
 
 from verl_omni.pipelines import DiffusionSamplingConfig
+from verl_omni.trainer.actor_group import ActorGroup, ActorWorkerAPI
 
-__all__ = ["ActorRanks", "MetricsTracker", "PromptSource", "RewardScorer", "RolloutService"]
+__all__ = ["ActorRanks", "ActorWorkerAPI", "MetricsTracker", "PromptSource", "RewardScorer", "RolloutService"]
+
+ActorRanks = ActorGroup
+"""The actor engine ranks: the typed proxy `ActorGroup` over `ActorWorkerAPI` (`verl_omni.trainer.actor_group`)."""
 
 
 class PromptSource(Protocol):
@@ -72,23 +77,6 @@ class RewardScorer(Protocol):
 
     def close(self) -> None:
         """Release the scorer's workers."""
-
-
-class ActorRanks(Protocol):
-    """The actor engine ranks (see `verl_omni.trainer.workers.ActorGroup`)."""
-
-    @property
-    def world_size(self) -> int:
-        """Number of ranks."""
-
-    def run_split(self, method: str, batch: TensorDict) -> list[Any]:
-        """Call `method(share)` on each rank with its share of `batch`; results in rank order."""
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Call `method(*args)` on every rank; results in rank order."""
-
-    def shutdown(self) -> None:
-        """Stop every rank."""
 
 
 class MetricsTracker(Protocol):

@@ -1,9 +1,10 @@
-"""`ActorWorker`: one rank of the actor (and reference) engine as a Ray actor; `ActorGroup` drives all ranks.
+"""`ActorWorker`: one rank of the actor (and reference) engine as a Ray actor (`ActorGroup` drives all ranks).
 
 Every rank builds a `DiffusersFSDPEngine` on its device and joins one torch.distributed group (gloo on the CPU,
 NCCL on GPUs) through `RANK` / `WORLD_SIZE` / `MASTER_ADDR` / `MASTER_PORT`. With LoRA the reference policy is the
 same engine with the adapters disabled; with full fine-tuning a second, `forward_only` engine holds the frozen
-weights. The driver splits each batch evenly over the ranks and bounds every call by `trainer.worker_timeout_s`.
+weights. It implements `verl_omni.trainer.actor_group.ActorWorkerAPI`; the trainer calls it through the typed proxy
+`ActorGroup`, which splits each batch evenly over the ranks and bounds every call by `trainer.worker_timeout_s`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from verl_core.best_effort import best_effort
 from verl_core.ray_tensors import register_tensor_transport
+from verl_core.rollout.weight_push import WeightPusher
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, DiffusionRefConfig
 from verl_omni.engine.auto_settings import (
     ReshardChoice,
@@ -29,18 +30,13 @@ from verl_omni.engine.auto_settings import (
     choose_reshard_after_forward,
     resolve_compile_blocks,
 )
+from verl_omni.trainer.actor_group import ActorGroup  # re-export: the proxy moved to its own module
 from verl_omni.trainer.flops import batch_geometry
-from verl_omni.trainer.weight_push import WeightPusher
+from verl_omni.trainer.worker_proxy import WorkerError  # re-export: the proxy's error (every role's)
 
 __all__ = ["ActorGroup", "ActorWorker", "WorkerError"]
 
 logger = logging.getLogger(__name__)
-
-_DROP_FOR_ACTOR = ("images",)
-
-
-class WorkerError(RuntimeError):
-    """An actor worker died, hung or failed; the message names the rank, its node and the call."""
 
 
 class ActorWorker:
@@ -376,107 +372,3 @@ def _free_port(low: int, high: int) -> int:
                 continue
             return port
     raise RuntimeError(f"trainer.ray_master_port_range: no free port in [{low}, {high}] after 200 tries")
-
-
-class ActorGroup:
-    """The driver's handle on every actor rank: splits batches, gathers results, names a failed rank.
-
-    Args:
-        handles (`list`): Ray actor handles of `ActorWorker`, rank order.
-        nodes (`list[dict]`): `node_info` of each rank (for messages).
-        timeout_s (`float`): bound of every call (`trainer.worker_timeout_s`).
-    """
-
-    def __init__(self, handles: list[Any], nodes: list[dict[str, Any]], timeout_s: float) -> None:
-        self.handles, self.nodes, self.timeout_s = handles, nodes, timeout_s
-
-    @property
-    def world_size(self) -> int:
-        """Number of ranks."""
-        return len(self.handles)
-
-    def call(
-        self,
-        method: str,
-        *args: Any,
-        per_rank: Sequence[tuple] | None = None,
-        timeout_s: float | None = None,
-        timeout_key: str = "trainer.worker_timeout_s",
-    ) -> list:
-        """Call `method` on every rank (same args, or `per_rank[r]`) and return the results in rank order.
-
-        `timeout_s` (default `trainer.worker_timeout_s`) bounds the whole call; `timeout_key` is the key named
-        when it runs out.
-
-        Raises:
-            WorkerError: a rank died, raised, or did not answer within the timeout (names the rank and node).
-        """
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-        refs = [
-            getattr(h, method).remote(*(per_rank[r] if per_rank is not None else args))
-            for r, h in enumerate(self.handles)
-        ]
-        limit = timeout_s if timeout_s is not None else self.timeout_s
-        deadline = time.monotonic() + limit
-        pending = list(refs)
-        while pending:  # wait for all, but fail at the first rank that dies or raises
-            left = deadline - time.monotonic()
-            # short waits keep Ctrl-C working (a signal is handled between them)
-            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, min(left, 1.0)))
-            if not done and left > 1.0:
-                continue
-            if not done:
-                late = [self._who(refs.index(p)) for p in pending]
-                raise WorkerError(
-                    f"actor worker {', '.join(late)} did not finish {method} within {limit:g} s "
-                    f"({timeout_key}); it is hung or too slow"
-                )
-            rank = refs.index(done[0])
-            try:
-                ray.get(done[0])
-            except RayActorError as e:
-                raise WorkerError(f"actor worker {self._who(rank)} died during {method}: {_first_line(e)}") from e
-            except RayTaskError as e:
-                raise WorkerError(f"actor worker {self._who(rank)} failed in {method}: {_first_line(e)}") from e
-        try:
-            return ray.get(refs, timeout=1.0)
-        except GetTimeoutError as e:  # pragma: no cover - all refs are done here
-            raise WorkerError(f"actor workers: results of {method} unavailable") from e
-
-    def split(self, batch: TensorDict) -> list[TensorDict]:
-        """Contiguous, equal shares of `batch` (images dropped), one per rank."""
-        batch = batch.exclude(*_DROP_FOR_ACTOR)
-        size = batch.batch_size[0]
-        if size % self.world_size:
-            raise ValueError(f"batch of {size} samples does not split over {self.world_size} actor ranks")
-        share = size // self.world_size
-        return [batch[r * share : (r + 1) * share] for r in range(self.world_size)]
-
-    def run_split(self, method: str, batch: TensorDict) -> list:
-        """Call `method(share_r)` on each rank `r`."""
-        return self.call(method, per_rank=[(share,) for share in self.split(batch)])
-
-    def _who(self, rank: int) -> str:
-        node = self.nodes[rank] if rank < len(self.nodes) else {}
-        return f"rank {rank} (node {node.get('ip', '?')}, pid {node.get('pid', '?')})"
-
-    def shutdown(self) -> None:
-        """Let every rank unlink its weight-sync segment (a kill runs no finalizer), then kill every rank."""
-        import ray
-
-        with best_effort(logger, "closing the weight-sync segments"):  # a dead or hung rank must not stop the shutdown
-            ray.get([h.close_weight_segment.remote() for h in self.handles], timeout=10)
-        for handle in self.handles:
-            with best_effort(logger, "killing an actor rank"):  # already dead
-                ray.kill(handle)
-        self.handles = []
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    # Ray's task errors end with the original exception line; keep it and the first line
-    if len(lines) > 2:
-        return f"{lines[0].strip()} ... {lines[-1].strip()}"
-    return " ".join(line.strip() for line in lines) or type(error).__name__

@@ -16,9 +16,9 @@ from verl_core.rollout.handoff import handoff_dir
 from verl_core.rollout.hf import HFHttpServer
 from verl_core.rollout.owned_files import owner
 from verl_core.rollout.shm_weights import PREFIX
+from verl_core.rollout.weight_push import WeightPusher
 from verl_core.testing.server_contract import run
 from verl_core.testing.tiny_llm import build_tiny_llm, random_state_dict
-from verl_omni.trainer.weight_push import WeightPusher
 
 
 def _segments() -> set[str]:
@@ -94,7 +94,7 @@ def test_no_room_for_the_segment_warns_once_and_falls_back_to_http(server, llm, 
     before = _segments()
     pusher = WeightPusher()
     updates, shm = _counters(server)
-    with caplog.at_level(logging.WARNING, logger="verl_omni.trainer.weight_push"):
+    with caplog.at_level(logging.WARNING, logger="verl_core.rollout.weight_push"):
         for seed in (4, 5):
             weights = random_state_dict(llm, seed=seed)
             assert _push(pusher, server, weights, server.weight_version + 1) == {
@@ -102,7 +102,7 @@ def test_no_room_for_the_segment_warns_once_and_falls_back_to_http(server, llm, 
                 "cuda_ipc_servers": 0.0,
             }
             assert _served_equal(server, weights)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_omni.trainer.weight_push"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_core.rollout.weight_push"]
     assert len(warnings) == 1 and handoff_dir() in warnings[0] and "No space left" in warnings[0], warnings
     assert _counters(server) == (updates + 2, shm)
     assert _segments() == before
@@ -112,7 +112,7 @@ def test_no_room_for_the_segment_warns_once_and_falls_back_to_http(server, llm, 
 def test_a_server_that_cannot_open_the_gpu_handles_gets_the_segment_from_then_on(server, llm, monkeypatch, caplog):
     """The fallback of a CUDA IPC push (real server and HTTP; the GPU side stood in): this CPU server answers 422
     `device_uuid`, the pusher warns once naming it, serves it through the segment and never offers it handles again."""
-    from verl_omni.trainer import weight_push
+    from verl_core.rollout import weight_push
 
     shared = []
 
@@ -138,7 +138,7 @@ def test_a_server_that_cannot_open_the_gpu_handles_gets_the_segment_from_then_on
     assert pusher.wants_device_tensors([server.address])
     updates, shm = _counters(server)
     try:
-        with caplog.at_level(logging.WARNING, logger="verl_omni.trainer.weight_push"):
+        with caplog.at_level(logging.WARNING, logger="verl_core.rollout.weight_push"):
             for seed in (6, 7):
                 weights = random_state_dict(llm, seed=seed)
                 assert _push(pusher, server, weights, server.weight_version + 1) == {
@@ -149,14 +149,14 @@ def test_a_server_that_cannot_open_the_gpu_handles_gets_the_segment_from_then_on
     finally:
         pusher.close()
     assert len(shared) == 1 and not pusher.wants_device_tensors([server.address])
-    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_omni.trainer.weight_push"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_core.rollout.weight_push"]
     assert len(warnings) == 1 and server.address in warnings[0] and "CUDA" in warnings[0], warnings
     assert _counters(server) == (updates + 2, shm + 2)
     assert "weight_updates_cuda_ipc" not in server.metrics_snapshot()["counters"]
 
 
 def test_gpu_memory_that_cannot_be_shared_warns_once_and_uses_the_segment(server, llm, monkeypatch, caplog):
-    from verl_omni.trainer import weight_push
+    from verl_core.rollout import weight_push
 
     def share_cuda(weights):
         raise RuntimeError("expandable segments cannot be shared")
@@ -165,14 +165,14 @@ def test_gpu_memory_that_cannot_be_shared_warns_once_and_uses_the_segment(server
     monkeypatch.setattr(weight_push, "share_cuda", share_cuda)
     pusher = WeightPusher()
     try:
-        with caplog.at_level(logging.WARNING, logger="verl_omni.trainer.weight_push"):
+        with caplog.at_level(logging.WARNING, logger="verl_core.rollout.weight_push"):
             for seed in (8, 9):
                 weights = random_state_dict(llm, seed=seed)
                 assert _push(pusher, server, weights, server.weight_version + 1)["shm_servers"] == 1.0
                 assert _served_equal(server, weights)
     finally:
         pusher.close()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_omni.trainer.weight_push"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_core.rollout.weight_push"]
     assert len(warnings) == 1 and "expandable segments" in warnings[0], warnings
 
 
@@ -185,7 +185,7 @@ def test_pushes_reuse_one_client_per_server_until_close(server, llm, monkeypatch
     """One client (one keep-alive connection) per server from push to push, on the pusher's loop thread."""
     import threading
 
-    from verl_omni.trainer import weight_push
+    from verl_core.rollout import weight_push
 
     made = []
 
@@ -216,7 +216,7 @@ def test_pushes_reuse_one_client_per_server_until_close(server, llm, monkeypatch
 
 def test_clients_of_servers_a_push_no_longer_addresses_are_closed(server, llm, monkeypatch):
     """A replica restarted on a new address: the client kept for the old one is closed, not left idle."""
-    from verl_omni.trainer import weight_push
+    from verl_core.rollout import weight_push
 
     closed = []
 

@@ -1,0 +1,216 @@
+"""The typed trainer <-> actor-rank interface: `ActorWorkerAPI`, the proxy `ActorGroup`, and its start-up check."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from verl_omni.trainer.actor_group import ActorGroup, ActorWorkerAPI
+from verl_omni.trainer.worker_proxy import (
+    EveryRank,
+    RankGroup,
+    SplitRanks,
+    WorkerError,
+    WorkerInterfaceError,
+    check_worker,
+    protocol_methods,
+)
+from verl_omni.trainer.workers import ActorWorker
+
+TRAINER = pathlib.Path(__file__).parents[2] / "src" / "verl_omni" / "trainer"
+
+
+def test_the_actor_worker_implements_every_method_of_its_protocol():
+    ActorGroup(ActorWorker, [], [], timeout_s=1.0)  # raises WorkerInterfaceError otherwise
+
+
+def test_every_protocol_method_has_a_typed_proxy_attribute():
+    """No method the trainer may call is reachable only by its name as a string."""
+    proxied = {name for name, v in vars(ActorGroup).items() if isinstance(v, EveryRank | SplitRanks)}
+    assert proxied == set(protocol_methods(ActorWorkerAPI))
+
+
+def test_no_method_name_strings_in_the_trainer():
+    """The trainer calls the proxy's attributes; `.call("name")` / `run_split("name")` are gone for good."""
+    for path in TRAINER.glob("*.py"):
+        text = path.read_text()
+        assert '.call("' not in text and "run_split(" not in text, path.name
+
+
+class _Missing(ActorWorker):
+    compute_ref = None  # type: ignore[assignment]
+
+
+class _ExtraRequired(ActorWorker):
+    def update_policy(self, batch, scale):  # type: ignore[override]
+        return {}
+
+
+class _RenamedParameter(ActorWorker):
+    def load_checkpoint(self, folder):  # type: ignore[override]
+        return 0
+
+
+class _DefaultDropped(ActorWorker):
+    def push_weights(self, targets, version, bucket_bytes, timeout_s, dtype=None):  # type: ignore[override]
+        return {}
+
+
+class _OptionalExtra(ActorWorker):
+    def update_policy(self, batch, scale=1.0):  # an added parameter with a default: every call still binds
+        return {}
+
+
+@pytest.mark.parametrize(
+    ("worker", "method", "why"),
+    [
+        (_Missing, "compute_ref", r"missing \(the ActorWorkerAPI Protocol declares compute_ref\(self, batch"),
+        (_ExtraRequired, "update_policy", r"\(self, batch, scale\) cannot take every argument"),
+        (_RenamedParameter, "load_checkpoint", r"\(self, folder\) cannot take the arguments by name"),
+        (_DefaultDropped, "push_weights", r"cannot take every argument of ActorWorkerAPI\.push_weights"),
+    ],
+)
+def test_a_wrong_worker_class_fails_at_proxy_construction_naming_role_and_method(worker, method, why):
+    with pytest.raises(WorkerInterfaceError, match=rf"^actor worker class {worker.__name__} does not implement "
+                       rf"ActorWorkerAPI: {method}: .*{why}"):  # fmt: skip
+        ActorGroup(worker, [], [], timeout_s=1.0)
+    with pytest.raises(WorkerInterfaceError, match=method):
+        check_worker("actor", ActorWorkerAPI, worker)
+
+
+def test_an_added_parameter_with_a_default_is_compatible():
+    check_worker("actor", ActorWorkerAPI, _OptionalExtra)
+
+
+def test_build_components_checks_the_worker_class_before_ray_starts(monkeypatch):
+    from verl_omni.trainer import components
+
+    monkeypatch.setattr(components, "ActorWorker", _Missing)
+    monkeypatch.setattr(components, "init_ray", lambda *a, **k: pytest.fail("Ray started before the check"))
+    with pytest.raises(WorkerInterfaceError, match="compute_ref: missing"):
+        components.build_components(None)  # type: ignore[arg-type]
+
+
+def test_a_proxy_attribute_must_carry_the_protocol_methods_name():
+    with pytest.raises(Exception) as raised:  # Python 3.11 wraps an error of __set_name__ in a RuntimeError
+
+        class _Typo(RankGroup):
+            update = SplitRanks(ActorWorkerAPI.update_policy)
+
+    error = raised.value.__cause__ or raised.value
+    assert isinstance(error, TypeError)
+    assert str(error) == "_Typo.update proxies the worker method 'update_policy': name it update_policy"
+
+
+def test_the_old_paths_re_export():
+    from verl_core.rollout.weight_push import WeightPusher
+    from verl_omni.trainer import interfaces, protocols, weight_push, workers
+
+    assert weight_push.WeightPusher is WeightPusher
+    assert workers.ActorGroup is ActorGroup and workers.WorkerError is WorkerError
+    assert protocols.ActorRanks is interfaces.ActorRanks is ActorGroup
+
+
+class _Echo:
+    """A worker of a small role, run on real Ray actors."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def rows(self, batch: TensorDict) -> list[int]:
+        return [self.rank, *batch["x"].tolist()]
+
+    def scaled(self, factor: float, *, offset: float = 0.0) -> float:
+        if factor < 0 and self.rank == 1:
+            raise ValueError("negative factor on rank 1")
+        return self.rank * factor + offset
+
+
+class _EchoAPI(_Echo):  # the Protocol role: the same surface (a Protocol would be written alike)
+    pass
+
+
+class _EchoGroup(RankGroup):
+    role = "echo"
+    protocol = _EchoAPI
+    rows = SplitRanks(_EchoAPI.rows)
+    scaled = EveryRank(_EchoAPI.scaled)
+
+
+def test_the_proxy_splits_and_fans_out_over_real_ray_actors(ray_session):
+    ray = ray_session
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    handles = [ray.remote(_Echo).options(num_cpus=0.1).remote(rank) for rank in range(2)]
+    group = _EchoGroup(_Echo, handles, [{"ip": "here", "pid": 1}, {"ip": "here", "pid": 2}], timeout_s=60.0)
+    try:
+        assert group.rows(TensorDict({"x": torch.arange(4)}, batch_size=[4])) == [[0, 0, 1], [1, 2, 3]]
+        assert group.scaled(2.0, offset=0.5) == [0.5, 2.5]
+        with pytest.raises(WorkerError, match=r"echo worker rank 1 \(node here, pid 2\) failed in scaled: .*negative"):
+            group.scaled(-1.0)
+        with pytest.raises(ValueError, match="batch of 3 samples does not split over 2 echo ranks"):
+            group.rows(TensorDict({"x": torch.arange(3)}, batch_size=[3]))
+    finally:
+        for handle in handles:
+            ray.kill(handle)
+
+
+_MISTAKES = """
+from tensordict import TensorDict
+from verl_omni.trainer.actor_group import ActorGroup
+
+def use(actor: ActorGroup, batch: TensorDict) -> None:
+    metrics: dict[str, float] = actor.update_policy(batch)[0]
+    actor.update_polcy(batch)
+    actor.push_weights(["http://a"], 1)
+    actor.refresh_old_policy("half")
+    steps: int = actor.load_checkpoint("/ckpt")
+"""
+
+
+def _mypy(tmp_path: pathlib.Path, *files: str) -> list[str]:
+    """mypy's error lines for `files`; torch, Ray and the other big libraries are skipped (seconds, not minutes)."""
+    pytest.importorskip("mypy")
+    config = tmp_path / "mypy.ini"
+    skipped = "torch.*,ray.*,tensordict.*,diffusers.*,transformers.*,peft.*,numpy.*,PIL.*,omegaconf.*,hydra.*"
+    config.write_text(f"[mypy]\nfollow_imports = silent\nignore_missing_imports = True\ncache_dir = {tmp_path}/cache\n"
+                      f"[mypy-{skipped}]\nfollow_imports = skip\n")  # fmt: skip
+    command = [sys.executable, "-m", "mypy", "--config-file", str(config), "--no-error-summary", *files]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    return [line for line in out.stdout.splitlines() if ": error:" in line]
+
+
+def test_the_type_checker_flags_a_typo_a_wrong_arity_and_wrong_types(tmp_path):
+    """Mutation run by hand: `EveryRank.__get__`'s overload typed `-> Any`: FAILED (mypy flagged only the typo)."""
+    snippet = tmp_path / "mistakes.py"
+    snippet.write_text(textwrap.dedent(_MISTAKES))
+    errors = _mypy(tmp_path, str(snippet))
+    lines = {int(e.split(":")[1]) for e in errors}
+    assert lines == {7, 8, 9, 10}, errors  # 6 is right; 10: a list (one result per rank), not an int
+    assert any('"ActorGroup" has no attribute "update_polcy"' in e for e in errors), errors
+
+
+def test_the_trainers_calls_through_the_proxy_type_check(tmp_path):
+    """No type error on a line of the trainer that calls the actor ranks (other lines are not this test's)."""
+    files = [TRAINER / "flow_grpo_trainer.py", TRAINER / "components.py"]
+    calls = {}
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if "actor." in line or "start." in line:
+                calls[(path.name, number)] = line.strip()
+    assert len(calls) > 10
+    errors = _mypy(tmp_path, *map(str, files))
+    wrong = [e for e in errors if (pathlib.Path(e.split(":")[0]).name, int(e.split(":")[1])) in calls]
+    assert wrong == [], wrong
+
+
+def test_protocol_methods_are_the_declared_ones():
+    assert "update_policy" in protocol_methods(ActorWorkerAPI)
+    assert all(inspect.isfunction(f) for f in protocol_methods(ActorWorkerAPI).values())
