@@ -166,12 +166,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=None, help="folder for bench_lora_sync_<device>_<preset>.json")
     args = parser.parse_args(argv)
 
+    from verl_core.rollout.weight_push import WeightPusher
     from verl_core.testing.server_contract import run
     from verl_omni.config import DiffusionRolloutConfig
     from verl_omni.rollout import DiffusersHttpServer
     from verl_omni.rollout.lora import merge as lora_merge
     from verl_omni.testing import random_transformer_lora
-    from verl_core.rollout.weight_push import WeightPusher
 
     w = PRESETS[args.preset]
     device = torch.device(args.device)
