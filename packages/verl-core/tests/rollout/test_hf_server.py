@@ -147,6 +147,13 @@ def test_hf_rejects_bad_llm_inputs_naming_the_field(server, request_, field):
     assert info.value.field == field and info.value.status_code == 422
 
 
+def test_hf_refuses_a_prompt_over_max_prompt_len(server):
+    # the base server reads `max_prompt_len` from LLM configs only (`RolloutBaseConfig` has no token limit)
+    with pytest.raises(BadRequestError, match=r"8193 tokens exceeds rollout\.max_prompt_len=8192") as info:
+        run(server.generate({"prompt_ids": [1] * 8193}))
+    assert info.value.field == "prompt_ids" and info.value.status_code == 422
+
+
 def test_hf_logprobs_and_text(server):
     out = run(server.generate({**GREEDY, "sampling_params": {"max_tokens": 5, "temperature": 0.0, "logprobs": True}}))
     assert len(out.log_probs) == len(out.token_ids) and all(lp <= 0 for lp in out.log_probs)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from omegaconf import OmegaConf
 
-from verl_core.config import RolloutConfig, omega_conf_to_dataclass
+from verl_core.config import RolloutBaseConfig, RolloutConfig, omega_conf_to_dataclass
 from verl_core.config.errors import ConfigError, ConfigKeyError, ConfigValueError
 from verl_omni.config import DiffusionRolloutConfig
 
@@ -56,7 +58,8 @@ def _build(text: str = VERL_OMNI_ROLLOUT, **dotted) -> DiffusionRolloutConfig:
 
 def test_verl_omni_rollout_subtree_builds_and_maps_to_sampling():
     config = _build()
-    assert isinstance(config, RolloutConfig) and config.name == "diffusers" and config.n == 16
+    assert isinstance(config, RolloutBaseConfig) and not isinstance(config, RolloutConfig)
+    assert config.name == "diffusers" and config.n == 16
     sampling = config.sampling_config("qwen_image")
     assert (sampling.n, sampling.num_inference_steps, sampling.height, sampling.max_sequence_length) == (
         16,
@@ -121,7 +124,10 @@ def test_the_other_models_guidance_key_is_refused(model, pipeline, key):
         pytest.param({"algo__sde_window_range": [0, 12]}, ConfigValueError, "algo.sde_window_range", id="range"),
         pytest.param({"dtype": "fp8"}, ConfigValueError, "dtype", id="dtype"),
         pytest.param({"n": 0}, ConfigValueError, "n", id="n"),
-        pytest.param({"sampling__temperature": 0.5}, ConfigValueError, "sampling", id="llm-sampling"),
+        pytest.param(
+            {"sampling__temperature": 0.5}, ConfigValueError, "sampling: expected the LLM defaults", id="llm-sampling"
+        ),
+        pytest.param({"sampling": 3}, ConfigValueError, "sampling", id="llm-sampling-not-a-mapping"),
     ],
 )
 def test_bad_keys_and_values_are_refused_by_name(dotted, error, needle):
@@ -157,3 +163,28 @@ def test_num_frames_reaches_training_and_validation_sampling():
     assert DiffusionRolloutConfig().sampling_config("qwen_image").num_frames == 1
     with pytest.raises(ConfigValueError, match=r"pipeline\.num_frames.*an int >= 1"):
         DiffusionRolloutConfig(pipeline={"num_frames": 0})
+
+
+_LLM_ONLY_KEYS = ("max_prompt_len", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching")
+
+
+def test_the_diffusion_rollout_has_the_common_keys_and_none_of_the_llm_ones():
+    common = {f.name for f in dataclasses.fields(RolloutBaseConfig)}
+    llm_only = {f.name for f in dataclasses.fields(RolloutConfig)} - common
+    diffusion = {f.name for f in dataclasses.fields(DiffusionRolloutConfig)}
+    assert llm_only == {*_LLM_ONLY_KEYS, "sampling"}
+    assert common <= diffusion and not llm_only & diffusion
+    assert {"engine_kwargs", "free_cache_engine", "gpu_memory_utilization", "update_weights_transport"} <= diffusion
+
+
+@pytest.mark.parametrize("key", _LLM_ONLY_KEYS)
+def test_an_llm_only_key_in_a_diffusion_yaml_is_ignored_with_a_warning_naming_it(key):
+    with pytest.warns(UserWarning, match=rf"ignores the key '{key}' \(rollout\.{key} is an LLM rollout key"):
+        config = _build(**{key: 7 if key != "enable_prefix_caching" else False})
+    assert key not in config and config.n == 16
+
+
+def test_llm_sampling_at_its_defaults_is_ignored_with_a_warning():
+    with pytest.warns(UserWarning, match=r"ignores the key 'sampling'"):
+        config = _build(sampling__temperature=1.0, sampling__top_k=-1)
+    assert "sampling" not in config

@@ -91,7 +91,8 @@ def test_contract_rows_are_well_formed():
 
 def test_engine_kwargs_refuses_request_batching_naming_key_and_version():
     with pytest.raises(
-        compat.UnsupportedVersionError, match=r"rollout\.max_num_seqs=4.*vllm-omni 0\.26\.0 would refuse"
+        compat.UnsupportedVersionError,
+        match=r"rollout\.engine_kwargs\.vllm_omni\.max_num_seqs=4.*vllm-omni 0\.26\.0 would refuse",
     ):
         compat.engine_kwargs(compat.detect("0.26.0", "0.26.0"), {"max_num_seqs": 4}, supports_request_batch=False)
     with pytest.raises(compat.UnsupportedVersionError, match=r"vllm-omni 0\.18\.0 runs one request at a time"):

@@ -14,6 +14,13 @@ __all__ = [
     "resolve_target",
 ]
 
-from verl_core.config.rollout import LoRAConfig, ModelConfig, RolloutConfig, SamplingConfig
+from verl_core.config.rollout import (
+    LLMRolloutConfig,
+    LoRAConfig,
+    ModelConfig,
+    RolloutBaseConfig,
+    RolloutConfig,
+    SamplingConfig,
+)
 
-__all__ += ["LoRAConfig", "ModelConfig", "RolloutConfig", "SamplingConfig"]
+__all__ += ["LLMRolloutConfig", "LoRAConfig", "ModelConfig", "RolloutBaseConfig", "RolloutConfig", "SamplingConfig"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import difflib
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -42,6 +43,19 @@ class BaseConfig(Mapping, metaclass=_FreezeAfterInit):
 
     _mutable_fields: ClassVar[frozenset[str]] = frozenset()
     _frozen: ClassVar[bool] = False  # shadowed per instance once construction finished
+    #: keys a config file may still carry that this class has no field for: key -> why it has none. Building from
+    #: a mapping (`build_dataclass`) hands each to `_retired_key`, which warns and drops it by default.
+    _retired_keys: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def _retired_key(cls, key: str, value: Any, path: str) -> None:
+        """Handle the retired `key` (dotted `path`) found with `value` while building: warn that it is ignored.
+
+        Subclasses override it to refuse some values (raise a `ConfigError` naming `path`).
+        """
+        warnings.warn(
+            f"{cls.__name__} ignores the key {path!r} ({cls._retired_keys[key]}); remove it", UserWarning, stacklevel=2
+        )
 
     def __post_init__(self) -> None:
         hints = _type_hints(type(self))

@@ -1,4 +1,8 @@
-"""Rollout configs: `RolloutConfig` and its parts `ModelConfig`, `SamplingConfig`, `LoRAConfig`."""
+"""Rollout configs: the common `RolloutBaseConfig`, the LLM `RolloutConfig` (alias `LLMRolloutConfig`), their parts.
+
+The parts are `ModelConfig`, `SamplingConfig` (LLM only) and `LoRAConfig`. verl-omni's `DiffusionRolloutConfig`
+derives from `RolloutBaseConfig`, beside `RolloutConfig`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any, Literal
 
 from verl_core.config.base import BaseConfig
 
-__all__ = ["LoRAConfig", "ModelConfig", "RolloutConfig", "SamplingConfig"]
+__all__ = ["LLMRolloutConfig", "LoRAConfig", "ModelConfig", "RolloutBaseConfig", "RolloutConfig", "SamplingConfig"]
 
 
 @dataclasses.dataclass
@@ -83,8 +87,11 @@ class LoRAConfig(BaseConfig):
 
 
 @dataclasses.dataclass
-class RolloutConfig(BaseConfig):
-    """Everything a rollout server needs: backend, model, HTTP binding, timeouts, limits, engine sizing.
+class RolloutBaseConfig(BaseConfig):
+    """What every rollout server needs, whatever it generates: backend, model, binding, limits, weight sync, sleep.
+
+    Also the timeouts and the engine resources. `RolloutConfig` (LLM) and verl-omni's `DiffusionRolloutConfig`
+    derive from it side by side; neither carries the other's keys.
 
     Args:
         model (`ModelConfig`): the model to serve.
@@ -106,20 +113,14 @@ class RolloutConfig(BaseConfig):
             shares GPU tensors by CUDA IPC (`/update_weights_cuda_ipc`) or writes host tensors once into a
             shared-memory segment (`/update_weights_shm`) for servers at a loopback address, and streams them over
             HTTP to the others; `"http"` streams to every server.
-        max_prompt_len (`int`, *optional*, defaults to `8192`): longest prompt in tokens.
         max_concurrent_requests (`int`, *optional*, defaults to `1024`): generates in flight before 503.
         sleep_level (`int`, *optional*, defaults to `1`): 1 keeps weights in host memory, 2 drops them.
         tensor_model_parallel_size (`int`, *optional*, defaults to `1`): engine TP degree (vLLM family).
         gpu_memory_utilization (`float`, *optional*, defaults to `0.5`): share of GPU memory the engine may take.
-        max_model_len (`int`, *optional*): engine context length; `None` = the model's.
-        max_num_seqs (`int`, *optional*, defaults to `256`): engine batch size in sequences.
-        max_num_batched_tokens (`int`, *optional*): engine batch size in tokens.
         enforce_eager (`bool`, *optional*, defaults to `False`): disable CUDA graphs.
-        enable_prefix_caching (`bool`, *optional*, defaults to `True`): reuse KV of shared prefixes.
         load_format (`str`, *optional*, defaults to `"auto"`): `"dummy"` starts from random weights that the
             first `update_weights` replaces.
         engine_kwargs (`dict`, *optional*): extra engine arguments, passed through unchanged (they win).
-        sampling (`SamplingConfig`, *optional*): default sampling parameters.
         lora (`LoRAConfig`, *optional*): LoRA serving limits.
     """
 
@@ -138,19 +139,13 @@ class RolloutConfig(BaseConfig):
     max_response_bytes: int = 2 << 30
     update_weights_bucket_bytes: int = 256 << 20
     update_weights_transport: str = "auto"
-    max_prompt_len: int = 8192
     max_concurrent_requests: int = 1024
     sleep_level: int = 1
     tensor_model_parallel_size: int = 1
     gpu_memory_utilization: float = 0.5
-    max_model_len: int | None = None
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
     enforce_eager: bool = False
-    enable_prefix_caching: bool = True
     load_format: str = "auto"
     engine_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
     lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig)
 
     def __post_init__(self) -> None:
@@ -159,7 +154,7 @@ class RolloutConfig(BaseConfig):
         self._require("port", 0 <= self.port <= 65535, "int in [0, 65535] (0 picks a free port)")
         for key in ("request_timeout_s", "lifecycle_timeout_s", "weight_sync_timeout_s", "launch_timeout_s"):
             self._require(key, getattr(self, key) > 0, "a timeout in seconds > 0")
-        for key in ("max_request_bytes", "max_bucket_bytes", "max_response_bytes", "max_prompt_len"):
+        for key in ("max_request_bytes", "max_bucket_bytes", "max_response_bytes"):
             self._require(key, getattr(self, key) >= 1, "int >= 1")
         self._require(
             "update_weights_bucket_bytes",
@@ -171,8 +166,38 @@ class RolloutConfig(BaseConfig):
         self._require("sleep_level", self.sleep_level in (1, 2), "1 (keep weights in host memory) or 2 (drop them)")
         self._require("tensor_model_parallel_size", self.tensor_model_parallel_size >= 1, "int >= 1")
         self._require("gpu_memory_utilization", 0 < self.gpu_memory_utilization <= 1, "float in (0, 1]")
-        self._require("max_num_seqs", self.max_num_seqs >= 1, "int >= 1")
         self._require("device", self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), _DEVICES)
 
+
+@dataclasses.dataclass
+class RolloutConfig(RolloutBaseConfig):
+    """The LLM rollout (also `LLMRolloutConfig`): `RolloutBaseConfig` plus token limits, batch/KV knobs, sampling.
+
+    Args:
+        max_prompt_len (`int`, *optional*, defaults to `8192`): longest prompt in tokens.
+        max_model_len (`int`, *optional*): engine context length; `None` = the model's.
+        max_num_seqs (`int`, *optional*, defaults to `256`): engine batch size in sequences.
+        max_num_batched_tokens (`int`, *optional*): engine batch size in tokens.
+        enable_prefix_caching (`bool`, *optional*, defaults to `True`): reuse KV of shared prefixes.
+        sampling (`SamplingConfig`, *optional*): default sampling parameters.
+
+    The other keys are `RolloutBaseConfig`'s.
+    """
+
+    max_prompt_len: int = 8192
+    max_model_len: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool = True
+    sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require("max_prompt_len", self.max_prompt_len >= 1, "int >= 1")
+        self._require("max_num_seqs", self.max_num_seqs >= 1, "int >= 1")
+
+
+LLMRolloutConfig = RolloutConfig
+"""The LLM rollout config; `RolloutConfig` is its public name (YAML `_target_`s and imports use it)."""
 
 _DEVICES = "'auto', 'cpu', 'cuda' or 'cuda:N'"

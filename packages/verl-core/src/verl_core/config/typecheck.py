@@ -181,6 +181,9 @@ def build_dataclass(mapping: Mapping[str, Any], cls: type | None, *, path: str |
     for name, value in mapping.items():
         if name == "_target_":
             continue
+        if name not in fields and name in getattr(cls, "_retired_keys", {}):
+            cls._retired_key(name, value, _join(path, str(name)))
+            continue
         if name not in fields or name.startswith("_"):
             close = difflib.get_close_matches(str(name), public, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from openai.types.chat import ChatCompletion
 
-    from verl_core.config.rollout import RolloutConfig
+    from verl_core.config.rollout import RolloutBaseConfig
     from verl_core.rollout.handoff import HandoffFiles
     from verl_core.rollout.metrics import ServerMetrics
     from verl_core.rollout.protocol import GenerateRequest, GenerateResponse, WeightUpdateResponse
@@ -62,7 +62,7 @@ class AppServer(Protocol):
     """
 
     rank: int
-    config: RolloutConfig
+    config: RolloutBaseConfig
     metrics: ServerMetrics
     handoff_files: HandoffFiles
     request_model: ClassVar[type[GenerateRequest]]

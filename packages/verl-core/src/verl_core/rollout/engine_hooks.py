@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verl_core.config.rollout import RolloutConfig
+from verl_core.config.rollout import RolloutBaseConfig
 from verl_core.rollout.errors import UnsupportedError
 from verl_core.rollout.protocol import GenerateRequest
 from verl_core.rollout.weights import WeightKind, WeightUpdate
@@ -28,7 +28,7 @@ __all__ = ["EngineHooks"]
 class EngineHooks(abc.ABC):
     """The engine contract of a rollout server: load, generate, abort, sleep/wake, weight sync, shutdown."""
 
-    config: RolloutConfig
+    config: RolloutBaseConfig
     _assembling: dict[str, tuple[torch.Tensor, int]]  # tensors arriving as slices (reset per weight update)
 
     @abc.abstractmethod

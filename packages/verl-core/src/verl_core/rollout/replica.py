@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from verl_core.config.rollout import RolloutConfig
+from verl_core.config.rollout import RolloutBaseConfig
 from verl_core.rollout.client import RolloutClient
 from verl_core.rollout.errors import ServerDeadError
 from verl_core.rollout.handoff import is_loopback
@@ -140,7 +140,7 @@ class RolloutReplica:
     beside a training rank on the same device); the caller keeps and frees that placement group.
 
     Args:
-        config (`RolloutConfig`): server config; `config.name` picks the backend.
+        config (`RolloutBaseConfig`): server config; `config.name` picks the backend.
         num_servers (`int`, *optional*, defaults to `1`): servers (ranks 0..N-1).
         use_gpu (`bool`, *optional*): one bundle of `tensor_model_parallel_size` GPUs per server; default:
             when the Ray cluster has enough GPUs.
@@ -159,7 +159,7 @@ class RolloutReplica:
 
     def __init__(
         self,
-        config: RolloutConfig,
+        config: RolloutBaseConfig,
         *,
         num_servers: int = 1,
         use_gpu: bool | None = None,

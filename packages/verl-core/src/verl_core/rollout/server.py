@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from verl_core.best_effort import best_effort
-from verl_core.config.rollout import RolloutConfig
+from verl_core.config.rollout import RolloutBaseConfig
 from verl_core.rollout.chat import ChatCompletionRequest, chat_inputs
 from verl_core.rollout.engine_hooks import EngineHooks
 from verl_core.rollout.engine_thread import EngineThread
@@ -66,26 +66,26 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
     Lifecycle: `launch` → (`generate` | `abort` | `sleep` → `wake_up` | `update_weights`)* → `shutdown`.
     Routes: `GET /health`, `GET /ready`, `GET /metrics`, `POST /generate`, `/v1/chat/completions`, `/abort`, `/sleep`,
     `/wake_up`, `/update_weights`, `/update_weights_shm`. Every engine call is bounded by a timeout from
-    `RolloutConfig`; a hung engine surfaces as `EngineTimeoutError` (HTTP 504). Weight sync (`update_weights`,
+    `RolloutBaseConfig`; a hung engine surfaces as `EngineTimeoutError` (HTTP 504). Weight sync (`update_weights`,
     `update_weights_shm`, `served_weights`, `weight_version`) comes from `WeightSyncMixin`
     (`verl_core.rollout.server_weights`).
 
     Subclasses implement the `_engine_*` hooks of `EngineHooks` and may set `request_model` / `response_model`.
 
     Args:
-        config (`RolloutConfig`): backend, model, binding, timeouts and limits.
+        config (`RolloutBaseConfig`): backend, model, binding, timeouts and limits (LLM: `RolloutConfig`).
         rank (`int`, *optional*, defaults to `0`): the server's rank in its replica (seeds, names).
 
     Raises:
-        TypeError: `config` is not a `RolloutConfig`.
+        TypeError: `config` is not a `RolloutBaseConfig`.
     """
 
     request_model: ClassVar[type[GenerateRequest]] = GenerateRequest
     response_model: ClassVar[type[GenerateResponse]] = GenerateResponse
 
-    def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
-        if not isinstance(config, RolloutConfig):
-            raise TypeError(f"config must be a RolloutConfig, got {type(config).__name__}")
+    def __init__(self, config: RolloutBaseConfig, *, rank: int = 0) -> None:
+        if not isinstance(config, RolloutBaseConfig):
+            raise TypeError(f"config must be a RolloutBaseConfig, got {type(config).__name__}")
         self.config = config
         self.rank = rank
         self._state = ServerState.CREATED
@@ -302,11 +302,10 @@ class RolloutHttpServer(WeightSyncMixin, EngineHooks):
     async def _generate_checked(self, request: GenerateRequest | Mapping[str, Any]) -> GenerateResponse:
         request = self._validated(self.request_model, request)
         self._admit()
-        if request.prompt_ids is not None and len(request.prompt_ids) > self.config.max_prompt_len:
+        limit = getattr(self.config, "max_prompt_len", None)  # LLM configs (`RolloutConfig`) only
+        if request.prompt_ids is not None and limit is not None and len(request.prompt_ids) > limit:
             raise BadRequestError(
-                f"prompt of {len(request.prompt_ids)} tokens exceeds rollout.max_prompt_len="
-                f"{self.config.max_prompt_len}",
-                field="prompt_ids",
+                f"prompt of {len(request.prompt_ids)} tokens exceeds rollout.max_prompt_len={limit}", field="prompt_ids"
             )
         request_id = request.request_id or uuid.uuid4().hex
         params = self._validate_sampling_params(dict(request.sampling_params))

@@ -1,10 +1,11 @@
-"""`actor_rollout_ref.rollout.*`: the diffusion rollout config, a `verl_core` `RolloutConfig` with verl-omni's keys.
+"""`actor_rollout_ref.rollout.*`: the diffusion rollout config, verl-core's `RolloutBaseConfig` plus verl-omni's keys.
 
 Key names follow verl-omni's `diffusion_trainer` schema (flat list in ref/legacy_keys/): `n`, `dtype`,
-`pipeline.*`, `algo.*`, `val_kwargs.*`, `external_lib`, `agent.default_agent_loop`, plus verl-core's server keys
-(timeouts, limits, binding, sleep level, engine sizing). Keys of features this project does not have (video
-`frame_rate` / `video_flow_shift`, `aspect_ratio`, non-contiguous windows, LLM sampling) are not accepted;
-`pipeline.num_frames` is (video models: Wan).
+`pipeline.*`, `algo.*`, `val_kwargs.*`, `external_lib`, `agent.default_agent_loop`, plus verl-core's common server
+keys (`RolloutBaseConfig`: timeouts, limits, binding, weight sync, sleep level, engine sizing). The LLM rollout
+(`verl_core.config.RolloutConfig`) sits beside it: its token keys are not fields here (`_LLM_ONLY`). Keys of
+features this project does not have (video `frame_rate` / `video_flow_shift`, `aspect_ratio`, non-contiguous windows,
+LLM sampling) are not accepted; `pipeline.num_frames` is (video models: Wan).
 `sampling_config(model)` and `val_sampling_config(model)` turn it into the `DiffusionSamplingConfig` of one
 training or validation generate call.
 """
@@ -12,9 +13,10 @@ training or validation generate call.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from verl_core.config import BaseConfig, RolloutConfig
+from verl_core.config import BaseConfig, ConfigValueError, RolloutBaseConfig
 from verl_core.config.rollout import ModelConfig, SamplingConfig
 from verl_omni.config.actor import torch_dtype_name
 from verl_omni.config.sampler import SDESamplerConfig
@@ -204,13 +206,19 @@ class DiffusionAgentLoopConfig(BaseConfig):
         self._require("max_images_per_request", self.max_images_per_request >= 1, "an int >= 1")
 
 
+_LLM_ONLY = ("max_prompt_len", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching")
+"""`RolloutConfig` (LLM) keys a diffusion rollout YAML may still carry (packaged before issue 34): ignored, warned."""
+
+
 @dataclasses.dataclass
-class DiffusionRolloutConfig(RolloutConfig):
-    """The diffusion rollout: verl-core's server keys plus verl-omni's `n`, `dtype`, `pipeline`, `algo`, `val_kwargs`.
+class DiffusionRolloutConfig(RolloutBaseConfig):
+    """The diffusion rollout: verl-core's common server keys plus `n`, `dtype`, `pipeline`, `algo`, `val_kwargs`.
 
     `RolloutReplica` launches the backend `name` (default `"diffusers"`) with this config; `model` is filled by
-    the trainer from `actor_rollout_ref.model.path` (`with_model`). Inherited LLM-only keys keep their
-    defaults: `sampling` must stay at them (diffusion sampling is `pipeline.*` / `algo.*`).
+    the trainer from `actor_rollout_ref.model.path` (`with_model`). It has none of the LLM rollout's keys: a config
+    file that still sets `max_prompt_len`, `max_model_len`, `max_num_seqs`, `max_num_batched_tokens` or
+    `enable_prefix_caching` gets a warning that the key is ignored; `sampling` is accepted only at the LLM defaults
+    (diffusion sampling is `pipeline.*` / `algo.*`); other LLM keys (`temperature`, `prompt_length`...) are unknown.
 
     Args:
         n (`int`): images per prompt (the GRPO group size).
@@ -236,6 +244,7 @@ class DiffusionRolloutConfig(RolloutConfig):
 
     Raises:
         ConfigValueError: a value out of range, or LLM `sampling` keys set (names the key).
+        ConfigKeyError: an unknown key, such as LLM sampling keys at the top level (`temperature`).
     """
 
     model: ModelConfig | None = None  # type: ignore[assignment]
@@ -252,6 +261,23 @@ class DiffusionRolloutConfig(RolloutConfig):
     val_kwargs: DiffusionValKwargsConfig = dataclasses.field(default_factory=DiffusionValKwargsConfig)
     agent: DiffusionAgentLoopConfig = dataclasses.field(default_factory=DiffusionAgentLoopConfig)
 
+    _retired_keys: ClassVar[Mapping[str, str]] = {
+        **{key: f"rollout.{key} is an LLM rollout key: diffusion has no token limits or KV cache" for key in _LLM_ONLY},
+        "sampling": "rollout.sampling is LLM token sampling; diffusion sampling is rollout.pipeline.* / rollout.algo.*",
+    }
+
+    @classmethod
+    def _retired_key(cls, key: str, value: Any, path: str) -> None:
+        """Refuse `sampling` away from the LLM defaults (it would be silently ignored); warn about the others."""
+        defaults = SamplingConfig().to_dict()
+        if key == "sampling" and (not isinstance(value, Mapping) or {**defaults, **value} != defaults):
+            raise ConfigValueError(
+                f"expected the LLM defaults (diffusion sampling is pipeline.*/algo.*), got {value!r}",
+                key=path,
+                owner=cls.__name__,
+            )
+        super()._retired_key(key, value, path)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         self._require("n", self.n >= 1, "an int >= 1 (the group size)")
@@ -261,9 +287,6 @@ class DiffusionRolloutConfig(RolloutConfig):
             torch_dtype_name(self.dtype)
         except ValueError:
             self._require("dtype", False, "one of bfloat16/bf16, float32/fp32, float16/fp16")
-        self._require(
-            "sampling", self.sampling == SamplingConfig(), "the LLM defaults (diffusion sampling is pipeline.*/algo.*)"
-        )
         self.sampling_config(None)  # check the pipeline/algo combination once, at construction
         self.val_sampling_config(None)
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from verl_core.config.rollout import RolloutConfig
+from verl_core.config.rollout import RolloutBaseConfig
 from verl_core.rollout.errors import EngineError, WeightSyncError
 from verl_core.rollout.net import bind_socket
 from verl_core.rollout.server import RolloutHttpServer
@@ -66,7 +66,7 @@ class BaseVLLMHttpServer(RolloutHttpServer):
     """Worker-extension method taking tensor names, answering a `pack_tensors` payload of their served values."""
     readable_weight_kinds: ClassVar[tuple[WeightKind, ...]] = ("full",)  # LoRA tensors live in vLLM's LoRA manager
 
-    def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
+    def __init__(self, config: RolloutBaseConfig, *, rank: int = 0) -> None:
         self._require_backend()
         super().__init__(config, rank=rank)
         self._engine: Any = None

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from verl_core.config.rollout import RolloutConfig
+from verl_core.config.rollout import RolloutBaseConfig
 from verl_core.rollout.devices import resolve_device
 from verl_core.rollout.errors import BadRequestError, NotReadyError, WeightSyncError
 from verl_core.rollout.server import RolloutHttpServer
@@ -63,7 +63,7 @@ class DiffusersHttpServer(RolloutHttpServer):
     `rollout.engine_kwargs.diffusers.merge_lora=false` runs peft's LoRA layers in the forward instead.
 
     Args:
-        config (`RolloutConfig`): a `DiffusionRolloutConfig` (its `pipeline`/`algo` give the default sampling
+        config (`RolloutBaseConfig`): a `DiffusionRolloutConfig` (its `pipeline`/`algo` give the default sampling
             parameters, `dtype` the weight dtype) or a plain `RolloutConfig` (defaults of `DiffusionSamplingConfig`,
             `model.dtype`); `model.path` is a diffusers pipeline folder.
         rank (`int`, *optional*, defaults to `0`): server rank (requests without a seed draw from `seed + rank`).
@@ -76,7 +76,7 @@ class DiffusersHttpServer(RolloutHttpServer):
     request_model = DiffusionGenerateRequest
     response_model = DiffusionGenerateResponse
 
-    def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
+    def __init__(self, config: RolloutBaseConfig, *, rank: int = 0) -> None:
         super().__init__(config, rank=rank)
         if config.model is None:
             raise ValueError(

@@ -181,15 +181,15 @@ def engine_kwargs(
     seqs = int(out.get("max_num_seqs", 1))
     if seqs > 1 and not runtime.has("forwards_max_num_seqs"):
         raise UnsupportedVersionError(
-            f"rollout.max_num_seqs={seqs}: vllm-omni {runtime.omni} runs one request at a time (max_num_seqs is "
-            "forwarded from 0.20 on); set rollout.max_num_seqs=1"
+            f"rollout.engine_kwargs.vllm_omni.max_num_seqs={seqs}: vllm-omni {runtime.omni} runs one request at a "
+            "time (max_num_seqs is forwarded from 0.20 on); set rollout.engine_kwargs.vllm_omni.max_num_seqs=1"
         )
     if seqs > 1 and not supports_request_batch:
         raise UnsupportedVersionError(
-            f"rollout.max_num_seqs={seqs}: the verl-omni log-prob pipelines do not batch requests "
-            f"(supports_request_batch=False); vllm-omni {runtime.omni} would "
+            f"rollout.engine_kwargs.vllm_omni.max_num_seqs={seqs}: the verl-omni log-prob pipelines do not batch "
+            f"requests (supports_request_batch=False); vllm-omni {runtime.omni} would "
             + ("refuse to start" if runtime.has("max_num_seqs_guard") else "still run them one at a time")
-            + "; set rollout.max_num_seqs=1 and send n images per request instead"
+            + "; set rollout.engine_kwargs.vllm_omni.max_num_seqs=1 and send n images per request instead"
         )
     if not runtime.has("forwards_max_num_seqs"):
         out.pop("max_num_seqs", None)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from verl_core.best_effort import best_effort
-from verl_core.config.rollout import RolloutConfig
+from verl_core.config.rollout import RolloutBaseConfig
 from verl_core.rollout.errors import BadRequestError, WeightSyncError
 from verl_core.rollout.protocol import GenerateRequest
 from verl_core.rollout.server import ServerState
@@ -62,7 +62,7 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
     load_weights_rpc: ClassVar[str] = "verl_omni_load_weights"
     read_weights_rpc: ClassVar[str] = "verl_omni_read_weights"
 
-    def __init__(self, config: RolloutConfig, *, rank: int = 0) -> None:
+    def __init__(self, config: RolloutBaseConfig, *, rank: int = 0) -> None:
         super().__init__(config, rank=rank)  # `_require_backend` checks the installed pair first
         from verl_omni.models.base import get_class
         from verl_omni.rollout import protocol  # the diffusion request / response shared with the diffusers backend
