@@ -11,7 +11,7 @@ from verl_omni.config import DiffusionModelConfig
 def test_model_config_defaults_full_finetune():
     cfg = DiffusionModelConfig(path="/m")
     assert cfg.lora_rank == 0 and not cfg.use_lora and cfg.target_modules == "all-linear"
-    assert cfg.fsdp_layer_prefixes == ["transformer_blocks."]
+    assert cfg.fsdp_layer_prefixes is None  # the model adapter's default
 
 
 def test_model_config_lora_keys():
@@ -27,7 +27,7 @@ def test_model_config_lora_keys():
         ({"lora_rank": -1}, r"lora_rank: expected an int >= 0 \(0 = full fine-tuning\)"),
         ({"target_modules": []}, r"target_modules: expected a non-empty string"),
         ({"algorithm": "offline_dpo"}, r"algorithm: expected one of flow_grpo, diffusion_nft"),
-        ({"fsdp_layer_prefixes": ["blocks"]}, r"fsdp_layer_prefixes: expected a list of module-name prefixes"),
+        ({"fsdp_layer_prefixes": ["blocks"]}, r"fsdp_layer_prefixes: expected null \(the model's default\) or a list"),
     ],
 )
 def test_model_config_rejects_bad_values(kwargs, pattern):

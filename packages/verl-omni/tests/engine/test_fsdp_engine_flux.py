@@ -1,5 +1,5 @@
 """`DiffusersFSDPEngine` on the tiny guidance-distilled FLUX (one process, gloo, CPU, fp32): both block lists
-sharded, full and LoRA updates, bit-identical resume, and every registered loss mode."""
+sharded by default, full and LoRA updates, bit-identical resume, and every registered loss mode."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from verl_omni.algos import loss_spec, registered_losses
 from .conftest import sample_trajectory
 from .test_fsdp_engine import _actor, _params, _with_update_keys
 
-BOTH_BLOCK_LISTS = {"fsdp_layer_prefixes": ["transformer_blocks.", "single_transformer_blocks."]}
 GUIDANCE = 3.5
 
 
@@ -25,7 +24,7 @@ def _changed(before, after):
 
 
 def test_flux_full_update_shards_and_trains_double_and_single_blocks(make_engine, tiny_flux_path, flux_trajectory):
-    engine = make_engine(path=tiny_flux_path, actor=_actor(mini=1), model=BOTH_BLOCK_LISTS)
+    engine = make_engine(path=tiny_flux_path, actor=_actor(mini=1), model={})
     assert engine.num_lora_modules == 0 and engine.num_sharded_blocks == 4
     before = _params(engine)
     engine.update_policy(_with_update_keys(flux_trajectory, flux_trajectory["log_probs"]))
@@ -35,7 +34,7 @@ def test_flux_full_update_shards_and_trains_double_and_single_blocks(make_engine
 
 
 def test_flux_lora_update_trains_only_lora_in_both_block_lists(make_engine, tiny_flux_path, flux_trajectory):
-    engine = make_engine(path=tiny_flux_path, model={"lora_rank": 4, "lora_alpha": 8, **BOTH_BLOCK_LISTS})
+    engine = make_engine(path=tiny_flux_path, model={"lora_rank": 4, "lora_alpha": 8})
     before = _params(engine)
     metrics = engine.update_policy(_with_update_keys(flux_trajectory, flux_trajectory["log_probs"]))
     assert abs(metrics["actor/ratio_mean"] - 1.0) < 1e-6  # lora_B = 0: the base model that sampled
@@ -48,7 +47,7 @@ def test_flux_lora_update_trains_only_lora_in_both_block_lists(make_engine, tiny
 def test_flux_checkpoint_resume_is_bit_identical(make_engine, tiny_flux_path, flux_trajectory, tmp_path, model):
     """Two updates straight == one update, save, load into a fresh engine, one more: weights, AdamW state, LR."""
     actor = _actor(mini=1, optim={"lr_warmup_steps": 2, "lr_scheduler_type": "cosine", "total_training_steps": 4})
-    model = {**model, **BOTH_BLOCK_LISTS}
+    model = {**model}
 
     def train(engine, seed):
         batch = flux_trajectory.clone()
@@ -100,12 +99,13 @@ def test_flux_every_registered_loss_mode_updates_the_weights(make_engine, tiny_f
     assert _changed(before, _params(engine))
 
 
-def test_default_prefixes_warn_that_flux_single_blocks_stay_in_the_root_unit(make_engine, tiny_flux_path, caplog):
-    """The default `[transformer_blocks.]` shards FLUX's double-stream blocks only: the warning names the rest."""
+def test_flux_default_shards_both_block_lists_and_double_only_warns(make_engine, tiny_flux_path, caplog):
+    """No `fsdp_layer_prefixes`: `FluxAdapter`'s default shards the double- and single-stream blocks, no warning; an
+    explicit `[transformer_blocks.]` wins and the warning names the single-stream blocks left in the root unit."""
     with caplog.at_level("WARNING", logger="verl_omni.engine.fsdp_engine"):
-        make_engine(path=tiny_flux_path)
+        engine = make_engine(path=tiny_flux_path)
+    assert engine.num_sharded_blocks == 4 and "fsdp_layer_prefixes" not in caplog.text
+    with caplog.at_level("WARNING", logger="verl_omni.engine.fsdp_engine"):
+        engine = make_engine(path=tiny_flux_path, model={"fsdp_layer_prefixes": ["transformer_blocks."]})
+    assert engine.num_sharded_blocks == 2
     assert "single_transformer_blocks. (2 × FluxSingleTransformerBlock)" in caplog.text
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="verl_omni.engine.fsdp_engine"):
-        make_engine(path=tiny_flux_path, model=BOTH_BLOCK_LISTS)
-    assert "fsdp_layer_prefixes" not in caplog.text

@@ -1,5 +1,5 @@
 """`DiffusersFSDPEngine` on the tiny Wan 2.1 (one process, gloo, CPU, fp32): 5-D video trajectories with CFG,
-`blocks.` sharded, full and LoRA updates, bit-identical resume."""
+`blocks.` sharded by default, full and LoRA updates, bit-identical resume."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from verl_omni.pipelines import DiffusionSamplingConfig, WanPipelineWithLogProb,
 
 from .test_fsdp_engine import _actor, _params, _with_update_keys
 
-WAN_BLOCKS = {"fsdp_layer_prefixes": ["blocks."]}
 SAMPLING = {"n": 2, "num_inference_steps": 4, "height": 32, "width": 32, "num_frames": 5, "max_sequence_length": 32,
             "sde_window_size": 2, "guidance_scale": 4.0, "seed": 0}  # fmt: skip
 
@@ -31,8 +30,20 @@ def _changed(before, after):
     return {n for n in before if not torch.equal(before[n], after[n])}
 
 
+def test_wan_engine_shards_each_block_by_the_adapter_default_and_a_config_value_wins(make_engine, tiny_wan_path,
+                                                                                  caplog):  # fmt: skip
+    """No `fsdp_layer_prefixes`: `WanAdapter.fsdp_layer_prefixes` (`blocks.`) shards both blocks, logged with its
+    source; an explicit value replaces it (and a prefix Wan lacks is refused naming the key)."""
+    with caplog.at_level("INFO", logger="verl_omni.engine.fsdp_engine"):
+        engine = make_engine(path=tiny_wan_path)
+    assert engine.fsdp_layer_prefixes == ["blocks."] and engine.num_sharded_blocks == 2
+    assert "['blocks.'] (the WanAdapter default)" in caplog.text
+    with pytest.raises(ValueError, match=r"fsdp_layer_prefixes: 'transformer_blocks\.' names no submodule"):
+        make_engine(path=tiny_wan_path, model={"fsdp_layer_prefixes": ["transformer_blocks."]})
+
+
 def test_wan_full_update_shards_and_trains_the_blocks(make_engine, tiny_wan_path, wan_trajectory):
-    engine = make_engine(path=tiny_wan_path, actor=_actor(mini=1), model=WAN_BLOCKS)
+    engine = make_engine(path=tiny_wan_path, actor=_actor(mini=1), model={})
     assert engine.num_lora_modules == 0 and engine.num_sharded_blocks == 2
     before = _params(engine)
     engine.update_policy(_with_update_keys(wan_trajectory, wan_trajectory["log_probs"]))
@@ -43,7 +54,7 @@ def test_wan_full_update_shards_and_trains_the_blocks(make_engine, tiny_wan_path
 
 def test_wan_lora_update_reproduces_the_rollout_and_trains_only_lora(make_engine, tiny_wan_path, wan_trajectory):
     """LoRA B = 0 at the start: the training forwards (cond + uncond, CFG 4) give the rollout's log-probs (ratio 1)."""
-    engine = make_engine(path=tiny_wan_path, model={"lora_rank": 4, "lora_alpha": 8, **WAN_BLOCKS})
+    engine = make_engine(path=tiny_wan_path, model={"lora_rank": 4, "lora_alpha": 8})
     before = _params(engine)
     metrics = engine.update_policy(_with_update_keys(wan_trajectory, wan_trajectory["log_probs"]))
     assert abs(metrics["actor/ratio_mean"] - 1.0) < 1e-6, metrics
@@ -56,7 +67,6 @@ def test_wan_lora_update_reproduces_the_rollout_and_trains_only_lora(make_engine
 def test_wan_checkpoint_resume_is_bit_identical(make_engine, tiny_wan_path, wan_trajectory, tmp_path, model):
     """Two updates straight == one update, save, load into a fresh engine, one more: weights and metrics."""
     actor = _actor(mini=1, optim={"lr_warmup_steps": 2, "lr_scheduler_type": "cosine", "total_training_steps": 4})
-    model = {**model, **WAN_BLOCKS}
 
     def train(engine, seed):
         return engine.update_policy(_with_update_keys(wan_trajectory, wan_trajectory["log_probs"], seed=seed))
@@ -78,8 +88,7 @@ def test_wan_checkpoint_resume_is_bit_identical(make_engine, tiny_wan_path, wan_
 def test_wan_update_raises_the_log_prob_of_positive_advantages(make_engine, tiny_wan_path, wan_trajectory):
     """One LoRA update with advantages +1 on the first video of each group and −1 on the second: the summed window
     log-prob rises for the +1 videos and falls for the −1 videos (the update's direction, row by row, on videos)."""
-    engine = make_engine(path=tiny_wan_path, actor=_actor(mini=2, lr=1e-2), model={"lora_rank": 4, "lora_alpha": 8,
-                                                                                       **WAN_BLOCKS})  # fmt: skip
+    engine = make_engine(path=tiny_wan_path, actor=_actor(mini=2, lr=1e-2), model={"lora_rank": 4, "lora_alpha": 8})
     batch = wan_trajectory.clone()
     batch["old_log_probs"] = wan_trajectory["log_probs"]
     batch["advantages"] = torch.tensor([1.0, -1.0, 1.0, -1.0])

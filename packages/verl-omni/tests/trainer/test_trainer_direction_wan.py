@@ -12,12 +12,11 @@ from .test_trainer_direction import _quickstart
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 WAN = (
-    "actor_rollout_ref.model.fsdp_layer_prefixes=[blocks.]",
     "actor_rollout_ref.rollout.pipeline.num_frames=5",
     "actor_rollout_ref.rollout.pipeline.height=64",
     "actor_rollout_ref.rollout.pipeline.width=64",
 )
-"""`tiny://wan` overrides of the quickstart: Wan's block list, 5-frame videos (2 latent frames)."""
+"""`tiny://wan` overrides of the quickstart: 5-frame videos (2 latent frames)."""
 
 
 def test_the_wan_quickstart_raises_the_jpeg_reward_by_more_than_3_standard_errors(ray_session, tmp_path, monkeypatch):

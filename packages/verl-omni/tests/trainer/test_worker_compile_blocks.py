@@ -27,7 +27,7 @@ def _worker(path, overrides: list[str], *, with_ref: bool = False) -> ActorWorke
 
 
 def _compiled(engine) -> list[bool]:
-    blocks = engine._blocks(engine.module, engine.model_config.fsdp_layer_prefixes)
+    blocks = engine._blocks(engine.module, engine.fsdp_layer_prefixes)
     return [getattr(block, "_compiled_call_impl", None) is not None for block in blocks]
 
 

@@ -36,8 +36,10 @@ class DiffusionModelConfig(BaseConfig):
         target_modules (`str` or `list[str]`): peft target modules (`"all-linear"` or module-name suffixes).
         exclude_modules (`str` or `list[str]`, *optional*): peft modules to leave out.
         lora_adapter_path (`str`, *optional*): folder of a saved PEFT adapter to start from.
-        fsdp_layer_prefixes (`list[str]`): name prefixes of the module lists whose children are sharded one
-            by one with `fully_shard` (the transformer blocks).
+        fsdp_layer_prefixes (`list[str]`, *optional*): name prefixes of the module lists whose children are
+            sharded one by one with `fully_shard` (the transformer blocks); null (default) takes the model
+            adapter's default (`[transformer_blocks.]` for Qwen-Image and SD3, `[transformer_blocks.,
+            single_transformer_blocks.]` for FLUX, `[blocks.]` for Wan).
     """
 
     path: str = ""
@@ -51,7 +53,7 @@ class DiffusionModelConfig(BaseConfig):
     target_modules: str | list[str] = "all-linear"
     exclude_modules: str | list[str] | None = None
     lora_adapter_path: str | None = None
-    fsdp_layer_prefixes: list[str] = dataclasses.field(default_factory=lambda: ["transformer_blocks."])
+    fsdp_layer_prefixes: list[str] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,8 +72,8 @@ class DiffusionModelConfig(BaseConfig):
         )
         self._require(
             "fsdp_layer_prefixes",
-            all(p.endswith(".") for p in self.fsdp_layer_prefixes),
-            "a list of module-name prefixes ending in '.', such as ['transformer_blocks.']",
+            self.fsdp_layer_prefixes is None or all(p.endswith(".") for p in self.fsdp_layer_prefixes),
+            "null (the model's default) or a list of module-name prefixes ending in '.', such as ['blocks.']",
         )
 
     @property

@@ -49,8 +49,9 @@ class DiffusersFSDPEngine:
 
     Features and their flags:
 
-    * FSDP2: `fully_shard` on every child of the module lists named by `model.fsdp_layer_prefixes`
-      (the transformer blocks), then on the root; 1-D mesh over all ranks; `fsdp_config.reshard_after_forward`.
+    * FSDP2: `fully_shard` on every child of the module lists named by `model.fsdp_layer_prefixes` (null: the
+      adapter's `fsdp_layer_prefixes`; the transformer blocks), then on the root; 1-D mesh over all ranks;
+      `fsdp_config.reshard_after_forward`.
     * Mixed precision: master weights in `fsdp_config.model_dtype` (fp32), compute in `fsdp_config.dtype`
       (bf16), gradient reduction in `fsdp_config.reduce_dtype` (fp32).
     * Offload: `fsdp_config.param_offload` / `offload_policy` → FSDP2 `CPUOffloadPolicy` (params, grads and
@@ -128,10 +129,11 @@ class DiffusersFSDPEngine:
         )
         offload = CPUOffloadPolicy(pin_memory=True) if fsdp.cpu_offload else OffloadPolicy()
         kwargs = {"mesh": self.mesh, "mp_policy": mp, "offload_policy": offload}
-        blocks = self._blocks(transformer, model_config.fsdp_layer_prefixes)
+        self.fsdp_layer_prefixes = _layer_prefixes(model_config, adapter)
+        blocks = self._blocks(transformer, self.fsdp_layer_prefixes)
         # `reshard_after_forward: null` builds resharded; `ActorWorker` resolves it before the first forward
         reshard = fsdp.reshard_after_forward is not False
-        _warn_unsharded_repeated_blocks(transformer, blocks, model_config.fsdp_layer_prefixes)
+        _warn_unsharded_repeated_blocks(transformer, blocks, self.fsdp_layer_prefixes)
         for block in blocks:
             if compile_blocks:
                 block.compile()
@@ -625,6 +627,16 @@ def _trained_rows(micro: TensorDict, k: int) -> tuple[list[torch.Tensor | None],
             f"row, got shape {tuple(mask.shape)} and counts {sorted(set(counts.tolist()))}"
         )
     return [mask[:, j].nonzero().squeeze(1) for j in range(k)], int(counts[0])
+
+
+def _layer_prefixes(model_config: DiffusionModelConfig, adapter: Any) -> list[str]:
+    """`model.fsdp_layer_prefixes` when set, else the model adapter's default; logs which one and where it came from."""
+    if model_config.fsdp_layer_prefixes is not None:
+        prefixes, source = list(model_config.fsdp_layer_prefixes), "actor_rollout_ref.model.fsdp_layer_prefixes"
+    else:
+        prefixes, source = list(adapter.fsdp_layer_prefixes), f"the {type(adapter).__name__} default"
+    logger.info("FSDP2 shards the blocks under %s (%s)", prefixes, source)
+    return prefixes
 
 
 def _warn_unsharded_repeated_blocks(transformer: nn.Module, blocks: list[nn.Module], prefixes: list[str]) -> None:

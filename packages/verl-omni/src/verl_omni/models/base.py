@@ -102,6 +102,9 @@ class DiffusionModelBase(abc.ABC):
     max_prompt_tokens: ClassVar[int | None] = None
     #: the prompt encoder as `check_max_sequence_length` names it, e.g. "FLUX's T5"
     prompt_encoder: ClassVar[str] = "the text encoder"
+    #: default of `actor_rollout_ref.model.fsdp_layer_prefixes`: the module lists whose children (the transformer
+    #: blocks) the FSDP2 engine shards one by one; an explicit config value wins
+    fsdp_layer_prefixes: ClassVar[tuple[str, ...]] = ("transformer_blocks.",)
 
     def __init__(self, transformer_config: dict, vae_config: dict, scheduler_config: dict) -> None:
         self.transformer_config = dict(transformer_config)

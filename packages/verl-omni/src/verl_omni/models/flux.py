@@ -36,6 +36,7 @@ class FluxAdapter(DiffusionModelBase):
     negative_cond_keys = ()
     max_prompt_tokens = MAX_SEQUENCE_LENGTH
     prompt_encoder = "FLUX's T5"
+    fsdp_layer_prefixes = ("transformer_blocks.", "single_transformer_blocks.")
 
     @property
     def vae_scale_factor(self) -> int:

@@ -53,6 +53,7 @@ class WanAdapter(DiffusionModelBase):
     negative_cond_keys = ("negative_prompt_embeds",)
     max_prompt_tokens = MAX_SEQUENCE_LENGTH
     prompt_encoder = "Wan's UMT5"
+    fsdp_layer_prefixes = ("blocks.",)
     is_video = True
 
     @property

@@ -355,7 +355,7 @@ def _reshard_choice(
 
 def _compiled_blocks(engine: Any) -> int:
     """How many of the engine's sharded blocks carry a `torch.compile`d forward (`nn.Module.compile`)."""
-    blocks = engine._blocks(engine.module, engine.model_config.fsdp_layer_prefixes)
+    blocks = engine._blocks(engine.module, engine.fsdp_layer_prefixes)
     return sum(getattr(block, "_compiled_call_impl", None) is not None for block in blocks)
 
 
