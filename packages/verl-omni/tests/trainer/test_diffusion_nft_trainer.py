@@ -26,6 +26,7 @@ def test_one_fast_step_skips_the_old_log_prob_and_reference_passes(trainer_run, 
     assert row["actor/nft_velocity_gap_max"] == 0.0 and row["actor/nft_loss_pos"] == row["actor/nft_loss_neg"]
     assert row["actor/grad_norm"] > 0 and row["actor/old_policy_decay"] == 0.0
     assert row["actor/old_policy_gap_before"] > 0  # the update moved θ away from θ_old; the refresh copies it
+    assert row["perf/flops/update_actor"] > 0  # counted (`StageFlops`, trains_on="clean"); on the CPU no MFU
 
 
 def test_diffusion_nft_quickstart_raises_the_reward_by_more_than_3_standard_errors(

@@ -112,5 +112,7 @@ def test_three_steps_straight_equal_two_then_a_resumed_one_bit_for_bit(
     first = straight.history[0]
     if overrides[0] == DPO:
         assert first["actor/dpo_reward_margin"] == 0.0 and first["actor/pg_loss"] == pytest.approx(math.log(2))
+        # the pair update's FLOPs are counted (`StageFlops`, trains_on="pairs": the chosen/rejected rows only)
+        assert first["perf/flops/update_actor"] > 0 and first["perf/flops/step"] > first["perf/flops/gen"]
     else:  # the old-log-prob pass ran; the second mini-batch sees the first one's update
         assert first["timing_s/old_log_prob"] > 0 and first["actor/kl_new_old_max"] > 0

@@ -45,9 +45,29 @@ def test_stage_flops_without_cfg_mask_or_missing_stage():
     mask = torch.tensor([[True, False, False]] * 4)  # DanceGRPO: 4 of the 12 sample-steps trained
     got = StageFlops("sd3", SD3, 8, lora=True).stage_flops(_batch(guidance=1.0, mask=mask), {"gen", "ref"})
     assert got == {"gen": pytest.approx(4 * 10 * one.total), "ref": pytest.approx(4 * one.total)}
-    assert "perf/flops/update_actor" not in StageFlops("sd3", SD3, 8, lora=True, count_update=False).metrics(
+    # a clean-sample loss (DiffusionNFT) on a batch without `train_timesteps` trains nothing
+    assert "perf/flops/update_actor" not in StageFlops("sd3", SD3, 8, lora=True, trains_on="clean").metrics(
         _batch(), {"update_actor": 1.0, "step": 2.0}
     )
+
+
+def test_clean_and_pair_updates_count_unguided_forwards_of_the_rows_they_train():
+    # DiffusionNFT: 4 rows x 2 trained timesteps, no CFG (7 text tokens only), old + reference no-grad forwards
+    one = forward_flops("sd3", SD3, image_tokens=8, text_tokens=7)
+    lora_bwd = one.linear + 2 * one.attention
+    batch = _batch()  # CFG in the rollout: `gen` counts 2 forwards per step, the update none
+    batch["train_timesteps"] = torch.zeros(4, 2)
+    nft = StageFlops("sd3", SD3, 8, lora=True, ppo_epochs=2, trains_on="clean", old_forward=True, ref_forward=True)
+    assert nft.stage_flops(batch, {"update_actor"}) == {
+        "update_actor": pytest.approx(8 * 2 * one.total + 2 * 8 * (one.total + lora_bwd))
+    }
+    # DPO: the 2 pairs the update trained (not the rollout's 4 rows), reference forward always, one noise level each
+    dpo = StageFlops("sd3", SD3, 8, lora=True, trains_on="pairs")
+    got = dpo.stage_flops(_batch(rows=8), {"gen", "update_actor"}, update_batch=_batch(rows=4))
+    assert got["update_actor"] == pytest.approx(4 * (2 * one.total + lora_bwd))
+    assert got["gen"] == StageFlops("sd3", SD3, 8, lora=True).stage_flops(_batch(rows=8), {"gen"})["gen"]
+    with pytest.raises(ValueError, match="trains_on must be one of"):
+        StageFlops("sd3", SD3, 8, lora=True, trains_on="pair")
 
 
 def test_metrics_mfu_against_the_peak_and_devices():
@@ -68,6 +88,16 @@ def test_for_config_reads_the_pipeline_folder_and_logs_no_mfu_on_the_cpu(tiny_qw
     on_cpu = StageFlops.for_config(config, "cpu")
     assert on_cpu.model == "qwen_image" and on_cpu.lora == config.actor_rollout_ref.model.use_lora
     assert on_cpu.peak_tflops is None and StageFlops.for_config(config, "cuda").peak_tflops == 790.0
+    assert on_cpu.trains_on == "transitions" and not on_cpu.ref_forward
+    nft = load_config([f"actor_rollout_ref.model.path={tiny_qwen_image_path}", "actor_rollout_ref.model.algorithm="
+                       "diffusion_nft", "actor_rollout_ref.actor.diffusion_loss.ref_kl_coef=0.1"],
+                      config_name="quickstart")  # fmt: skip
+    got = StageFlops.for_config(nft, "cpu")
+    assert (got.trains_on, got.old_forward, got.ref_forward) == ("clean", True, True)
+    dpo = load_config([f"actor_rollout_ref.model.path={tiny_qwen_image_path}", "actor_rollout_ref.model.algorithm=dpo"],
+                      config_name="quickstart")  # fmt: skip
+    got = StageFlops.for_config(dpo, "cpu")
+    assert (got.trains_on, got.old_forward, got.ref_forward) == ("pairs", False, True)
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])

@@ -10,11 +10,20 @@ with classifier-free guidance (a guidance scale > 1 and negative embeddings in t
     ref           B · K · c forwards (the reference: the adapter-disabled model with LoRA, the frozen copy without)
     update_actor  B · K · c · ppo_epochs · (forward + backward)
 
-The backward of full fine-tuning is 2 forwards (input and weight gradients of every matmul). With LoRA the base
-weights are frozen: a linear layer's backward is its input gradient only (1× its forward), attention's backward is
-still 2× its forward (`dQ, dK, dV` from `dA` and `dS`), LoRA's own small matmuls are not counted. These are model
-FLOPs: gradient checkpointing's recomputed forwards are not counted. The update is counted only for losses that
-train on the rollout's SDE steps (`needs_log_probs`, one row per sample); DiffusionNFT and DPO are left out.
+`K` is what the update trains: MixGRPO's window (its `log_probs` are the window's `K` steps) and DanceGRPO's subset
+(`train_step_mask`) are counted as trained, the rest of the rollout's grid only in `gen`. The backward of full
+fine-tuning is 2 forwards (input and weight gradients of every matmul). With LoRA the base weights are frozen: a
+linear layer's backward is its input gradient only (1× its forward), attention's backward is still 2× its forward
+(`dQ, dK, dV` from `dA` and `dS`), LoRA's own small matmuls are not counted. These are model FLOPs: gradient
+checkpointing's recomputed forwards are not counted.
+
+A loss that trains on clean samples (`trains_on="clean"`, DiffusionNFT) runs its whole update inside `update_actor`,
+on `B` rows each with `K'` trained timesteps (`train_timesteps` `(B, K')`), every forward without CFG (conditional
+embeddings only): `B · K'` no-grad forwards of the old policy (`old_velocity`), `B · K'` of the reference when
+`diffusion_loss.ref_kl_coef > 0`, and `ppo_epochs · B · K' · (forward + backward)`. A loss on preference pairs
+(`trains_on="pairs"`, online Diffusion-DPO) trains the `2P` chosen/rejected rows the trainer picked (the update's
+batch, not the rollout's) at one noise level each, without CFG: `2P` no-grad reference forwards and
+`ppo_epochs · 2P · (forward + backward)`.
 
 MFU = FLOPs / (stage seconds · devices · `trainer.peak_tflops` · 1e12); the step's MFU divides the summed FLOPs by
 the whole step's time. No MFU is logged on the CPU or with `trainer.peak_tflops: null`.
@@ -35,6 +44,7 @@ __all__ = ["StageFlops", "batch_geometry"]
 logger = logging.getLogger(__name__)
 
 _STAGES = ("gen", "old_log_prob", "ref", "update_actor")
+_UPDATES = ("transitions", "clean", "pairs")
 
 
 def _first(batch: TensorDict, key: str) -> float:
@@ -79,7 +89,11 @@ class StageFlops:
         vae_scale (`int`): pixels per latent cell.
         lora (`bool`): the base weights are frozen (LoRA): the cheaper backward.
         ppo_epochs (`int`): passes of the update over the batch.
-        count_update (`bool`): count the update (the loss trains on the rollout's SDE steps, one row per sample).
+        trains_on (`str`, *optional*, defaults to `"transitions"`): what the loss trains on (`LossSpec.trains_on`):
+            `"transitions"`, `"clean"` or `"pairs"`; picks the `update_actor` count (see the module docstring).
+        old_forward (`bool`, *optional*, defaults to `False`): a `"clean"` update also runs the old policy's forwards.
+        ref_forward (`bool`, *optional*, defaults to `False`): a `"clean"` update also runs the reference's forwards
+            (a `"pairs"` update always does).
         devices (`int`): devices the stages run on (the actor ranks; the colocated rollout shares them).
         peak_tflops (`float`, *optional*): dense peak of one device in TFLOP/s; None logs FLOPs only.
     """
@@ -92,12 +106,17 @@ class StageFlops:
         *,
         lora: bool,
         ppo_epochs: int = 1,
-        count_update: bool = True,
+        trains_on: str = "transitions",
+        old_forward: bool = False,
+        ref_forward: bool = False,
         devices: int = 1,
         peak_tflops: float | None = None,
     ) -> None:
         self.model, self.transformer_config, self.vae_scale = model, dict(transformer_config), int(vae_scale)
-        self.lora, self.ppo_epochs, self.count_update = lora, ppo_epochs, count_update
+        if trains_on not in _UPDATES:
+            raise ValueError(f"StageFlops: trains_on must be one of {list(_UPDATES)}, got {trains_on!r}")
+        self.lora, self.ppo_epochs, self.trains_on = lora, ppo_epochs, trains_on
+        self.old_forward, self.ref_forward = old_forward, ref_forward or trains_on == "pairs"
         self.devices, self.peak_tflops = devices, peak_tflops
 
     @classmethod
@@ -117,11 +136,14 @@ class StageFlops:
         from verl_omni.algos import loss_spec
 
         model, actor, trainer = config.actor_rollout_ref.model, config.actor_rollout_ref.actor, config.trainer
+        spec = loss_spec(actor.diffusion_loss.loss_mode)
         return cls.for_folder(
             model.path,
             lora=model.use_lora,
             ppo_epochs=actor.ppo_epochs,
-            count_update=loss_spec(actor.diffusion_loss.loss_mode).needs_log_probs,
+            trains_on=spec.trains_on,
+            old_forward="old_velocity" in spec.needs,
+            ref_forward=actor.diffusion_loss.ref_kl_coef > 0,
             devices=trainer.nnodes * trainer.n_gpus_per_node,
             peak_tflops=trainer.peak_tflops if device == "cuda" else None,
         )
@@ -135,8 +157,13 @@ class StageFlops:
                                       text_tokens=g["negative_text_tokens"])  # fmt: skip
         return one
 
-    def stage_flops(self, batch: TensorDict, stages: set[str] | list[str]) -> dict[str, float]:
-        """FLOPs (all devices together) of each of `stages` that ran on `batch` (the step's trajectories)."""
+    def stage_flops(
+        self, batch: TensorDict, stages: set[str] | list[str], update_batch: TensorDict | None = None
+    ) -> dict[str, float]:
+        """FLOPs (all devices together) of each of `stages` that ran on `batch` (the step's trajectories).
+
+        `update_batch` is what the update trained on when that is not `batch` (online DPO: the chosen/rejected rows).
+        """
         g = batch_geometry(batch, self.model, self.transformer_config, self.vae_scale)
         step = self._step_forward(g)
         out: dict[str, float] = {}
@@ -145,14 +172,50 @@ class StageFlops:
         for stage in ("old_log_prob", "ref"):
             if stage in stages and g["trained"]:
                 out[stage] = g["trained"] * step.total
-        if "update_actor" in stages and self.count_update and g["trained"]:
-            backward = step.linear * (1 if self.lora else 2) + step.attention * 2
-            out["update_actor"] = self.ppo_epochs * g["trained"] * (step.total + backward)
+        if "update_actor" in stages:
+            update = self._update_flops(g, step, batch if update_batch is None else update_batch)
+            if update:
+                out["update_actor"] = update
         return out
 
-    def metrics(self, batch: TensorDict, timing: dict[str, float]) -> dict[str, float]:
-        """`perf/flops/<stage>` for the stages in `timing`, and `perf/mfu/<stage>` + `perf/mfu/step` with a peak."""
-        flops = self.stage_flops(batch, [s for s in _STAGES if s in timing])
+    def _backward(self, one: ForwardFlops) -> float:
+        """The backward of `one`: 2× it with trainable base weights; with LoRA the linears 1×, attention 2×."""
+        return one.linear * (1 if self.lora else 2) + one.attention * 2
+
+    def update_forwards(self, g: dict[str, Any], update_batch: TensorDict) -> tuple[int, int]:
+        """`(no-grad forwards, trained forwards)` of the update, each of one row at one step (see the module docstring).
+
+        Args:
+            g (`dict`): `batch_geometry` of the step's batch.
+            update_batch (`TensorDict`): what the update trained on (the step's batch, or online DPO's pairs).
+        """
+        if self.trains_on == "transitions":
+            return 0, self.ppo_epochs * g["trained"]
+        if self.trains_on == "clean":
+            if "train_timesteps" not in update_batch.keys():  # noqa: SIM118 - a TensorDict's keys
+                return 0, 0
+            terms = update_batch["train_timesteps"].numel()  # B · K'
+        else:
+            terms = update_batch.batch_size[0]  # 2P rows, one noise level each
+        no_grad = int(self.old_forward and self.trains_on == "clean") + int(self.ref_forward)
+        return no_grad * terms, self.ppo_epochs * terms
+
+    def _update_flops(self, g: dict[str, Any], step: ForwardFlops, update_batch: TensorDict) -> float:
+        """FLOPs of the `update_actor` stage; 0 when the batch holds nothing it trains."""
+        if self.trains_on != "transitions":  # every forward unguided, on the conditional embeddings
+            step = forward_flops(self.model, self.transformer_config, image_tokens=g["image_tokens"],
+                                 text_tokens=int(update_batch["prompt_embeds"].shape[1]))  # fmt: skip
+        no_grad, trained = self.update_forwards(g, update_batch)
+        return no_grad * step.total + trained * (step.total + self._backward(step))
+
+    def metrics(
+        self, batch: TensorDict, timing: dict[str, float], update_batch: TensorDict | None = None
+    ) -> dict[str, float]:
+        """`perf/flops/<stage>` for the stages in `timing`, and `perf/mfu/<stage>` + `perf/mfu/step` with a peak.
+
+        `update_batch`: what the update trained on when that is not `batch` (online DPO's pairs).
+        """
+        flops = self.stage_flops(batch, [s for s in _STAGES if s in timing], update_batch)
         out = {f"perf/flops/{k}": v for k, v in flops.items()}
         if flops:
             out["perf/flops/step"] = sum(flops.values())

@@ -258,7 +258,7 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
                     self.save_checkpoint()
 
             # 12. metrics
-            metrics.update(self._step_metrics(batch, rewards, reward_metrics, start, timing, step))
+            metrics.update(self._step_metrics(batch, rewards, reward_metrics, start, timing, step, train_batch))
             metrics.update(self._separate_metrics(timing))
             self.history.append(metrics)
             c.tracker.log(metrics, step)

@@ -112,6 +112,7 @@ class StepDataMixin:
         start: int,
         timing: dict[str, float],
         step: int,
+        train_batch: TensorDict | None = None,
     ) -> dict[str, float]:
         c = self._components()
         r = rewards.double()
@@ -141,5 +142,5 @@ class StepDataMixin:
             if key in timing:
                 metrics[f"timing_per_image_ms/{key}"] = 1000 * timing[key] / images
         if self._flops is not None:
-            metrics.update(self._flops.metrics(batch, timing))
+            metrics.update(self._flops.metrics(batch, timing, train_batch))  # online DPO: the update trains pairs
         return metrics
