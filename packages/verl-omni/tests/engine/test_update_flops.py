@@ -12,8 +12,14 @@ per-forward FLOPs are checked against the counter in tests/models/test_flops.py.
 backward is about 1.6x the forward for full fine-tuning, below the formula's model-FLOPs 2x: the embedders and the
 adaLN modulation see no input gradient; at 1.0 B and 1024 tokens those are well under 1 % of the FLOPs.)
 
-Mutations run by hand (each edited into `verl_omni/trainer/flops.py`, these tests run, then restored) are listed in
-the report of the change that added this file (`StageFlops.update_forwards`).
+Mutations run by hand (each edited into `StageFlops.update_forwards` in `verl_omni/trainer/flops.py`, this file and
+tests/trainer/test_flops.py run, then restored):
+
+* the old policy's forwards dropped (`no_grad = int(self.ref_forward)`): FAILED both
+  `test_diffusion_nft_update_counts_old_reference_and_epochs` cases.
+* the pair update counted on the rollout's rows (`terms = g["rows"]`): FAILED
+  `test_dpo_pair_update_counts_reference_and_policy_on_the_pairs_only`.
+* the clean update's epochs ignored (`return no_grad * terms, terms`): FAILED both DiffusionNFT cases.
 """
 
 from __future__ import annotations
