@@ -27,6 +27,13 @@ using the framing of `verl_core.rollout.framing` (the weight stream's). The head
 back as the same expanded view. Decoding restores the same
 Python objects (TensorDicts with their batch size, tensors with their dtype and shape) on the CPU; the
 tensors are views of one buffer holding the data (no per-tensor copy).
+
+Kept by hand rather than safetensors' layout (`benchmarks/bench_wire_format.py`, 16 images' 188 MB trajectory,
+2 CPU threads: this format 0.52 s encode+decode, 0.39 s streamed; `safetensors.torch.save`/`load` 1.00 s):
+safetensors holds a flat name -> tensor map with str -> str metadata only (TensorDicts, non-tensors and expanded
+shapes would ride in a JSON string anyway), refuses stride-0 and other non-contiguous tensors, `save` builds the
+whole body in one `bytes` (no streaming from the tensors' memory) and `load` copies every tensor out of it.
+docs/core/rollout.md, "Why not safetensors".
 """
 
 from __future__ import annotations
