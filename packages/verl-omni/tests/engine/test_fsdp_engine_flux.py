@@ -102,10 +102,10 @@ def test_flux_every_registered_loss_mode_updates_the_weights(make_engine, tiny_f
 def test_flux_default_shards_both_block_lists_and_double_only_warns(make_engine, tiny_flux_path, caplog):
     """No `fsdp_layer_prefixes`: `FluxAdapter`'s default shards the double- and single-stream blocks, no warning; an
     explicit `[transformer_blocks.]` wins and the warning names the single-stream blocks left in the root unit."""
-    with caplog.at_level("WARNING", logger="verl_omni.engine.fsdp_engine"):
+    with caplog.at_level("WARNING", logger="verl_omni.engine.sharding"):
         engine = make_engine(path=tiny_flux_path)
     assert engine.num_sharded_blocks == 4 and "fsdp_layer_prefixes" not in caplog.text
-    with caplog.at_level("WARNING", logger="verl_omni.engine.fsdp_engine"):
+    with caplog.at_level("WARNING", logger="verl_omni.engine.sharding"):
         engine = make_engine(path=tiny_flux_path, model={"fsdp_layer_prefixes": ["transformer_blocks."]})
     assert engine.num_sharded_blocks == 2
     assert "single_transformer_blocks. (2 × FluxSingleTransformerBlock)" in caplog.text

@@ -34,7 +34,7 @@ def test_wan_engine_shards_each_block_by_the_adapter_default_and_a_config_value_
                                                                                   caplog):  # fmt: skip
     """No `fsdp_layer_prefixes`: `WanAdapter.fsdp_layer_prefixes` (`blocks.`) shards both blocks, logged with its
     source; an explicit value replaces it (and a prefix Wan lacks is refused naming the key)."""
-    with caplog.at_level("INFO", logger="verl_omni.engine.fsdp_engine"):
+    with caplog.at_level("INFO", logger="verl_omni.engine.sharding"):
         engine = make_engine(path=tiny_wan_path)
     assert engine.fsdp_layer_prefixes == ["blocks."] and engine.num_sharded_blocks == 2
     assert "['blocks.'] (the WanAdapter default)" in caplog.text

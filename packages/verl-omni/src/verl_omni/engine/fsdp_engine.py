@@ -8,7 +8,6 @@ The engine never re-implements the policy: every log-prob it computes goes throu
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,30 +17,19 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from verl_omni.algos import PolicyLossInput, get_loss, loss_spec, rollout_consistency_metrics
+from verl_omni.algos import loss_spec
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, torch_dtype_name
+from verl_omni.engine.batching import micro_batches, to_device, trained_rows
 from verl_omni.engine.checkpoint import load_engine_checkpoint, save_engine_checkpoint
-from verl_omni.engine.distributed import all_reduce_metrics, default_device, ensure_process_group, make_mesh
+from verl_omni.engine.distributed import default_device, ensure_process_group, make_mesh
 from verl_omni.engine.lora import adapters_disabled, apply_lora, export_weights
-from verl_omni.engine.metrics import accumulate, update_metrics
 from verl_omni.engine.old_policy import OldPolicy
 from verl_omni.engine.optim import build_lr_scheduler, build_optimizer
+from verl_omni.engine.sharding import fsdp_blocks, layer_prefixes, shard_transformer
 from verl_omni.engine.weight_export import ExportBuffer
-from verl_omni.schedulers.settings import setting_name
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["DiffusersFSDPEngine"]
-
-# the sampler settings a trajectory stores, read by the adapter's score_step
-_SAMPLER_SETTING_KEYS = ("noise_level", "guidance_scale", "sde_type", "cps_logprob")
-# the per-batch scalars (height, width, steps, ...) stay on the host (the adapter reads them as Python numbers)
-_HOST_KEYS = ("height", "width", "num_inference_steps", "prompt_index", *_SAMPLER_SETTING_KEYS)
-# never needed on the device by the forward paths
-_SKIP_KEYS = ("images",)
-_UPDATE_ONLY_KEYS = ("old_log_probs", "old_prev_sample_mean", "advantages", "ref_prev_sample_mean", "ref_log_probs")
 
 
 class DiffusersFSDPEngine:
@@ -123,25 +111,17 @@ class DiffusersFSDPEngine:
         if model_config.enable_gradient_checkpointing and not self.forward_only:
             transformer.enable_gradient_checkpointing()
 
-        # 3. FSDP2: each transformer block, then the root
-        mp = MixedPrecisionPolicy(
-            param_dtype=self.param_dtype, reduce_dtype=getattr(torch, torch_dtype_name(fsdp.reduce_dtype))
+        # 3. FSDP2: each transformer block, then the root (`engine/sharding.py`)
+        self.fsdp_layer_prefixes = layer_prefixes(model_config, adapter)
+        self.num_sharded_blocks = shard_transformer(
+            transformer,
+            mesh=self.mesh,
+            fsdp=fsdp,
+            prefixes=self.fsdp_layer_prefixes,
+            param_dtype=self.param_dtype,
+            compile_blocks=compile_blocks,
         )
-        offload = CPUOffloadPolicy(pin_memory=True) if fsdp.cpu_offload else OffloadPolicy()
-        kwargs = {"mesh": self.mesh, "mp_policy": mp, "offload_policy": offload}
-        self.fsdp_layer_prefixes = _layer_prefixes(model_config, adapter)
-        blocks = self._blocks(transformer, self.fsdp_layer_prefixes)
-        # `reshard_after_forward: null` builds resharded; `ActorWorker` resolves it before the first forward
-        reshard = fsdp.reshard_after_forward is not False
-        _warn_unsharded_repeated_blocks(transformer, blocks, self.fsdp_layer_prefixes)
-        for block in blocks:
-            if compile_blocks:
-                block.compile()
-            fully_shard(block, reshard_after_forward=reshard, **kwargs)
-        fully_shard(transformer, reshard_after_forward=reshard, **kwargs)
-        _fsdp_lazy_init(transformer)
         self.module = transformer
-        self.num_sharded_blocks = len(blocks)
 
         # 4. optimizer and LR schedule
         self.optimizer = None
@@ -185,35 +165,13 @@ class DiffusersFSDPEngine:
             **kwargs,
         )
 
-    @staticmethod
-    def _blocks(module: nn.Module, prefixes: list[str]) -> list[nn.Module]:
-        """Children of the module lists named by `prefixes` (e.g. `transformer_blocks.0`, `.1`, ...)."""
-        found: list[nn.Module] = []
-        for prefix in prefixes:
-            try:
-                container = module.get_submodule(prefix.rstrip("."))
-            except AttributeError as e:
-                children = ", ".join(name for name, _ in module.named_children())
-                raise ValueError(
-                    f"actor_rollout_ref.model.fsdp_layer_prefixes: {prefix!r} names no submodule of "
-                    f"{type(module).__name__}; its children are: {children}"
-                ) from e
-            found.extend(container.children())
-        if not found:
-            raise ValueError(
-                f"actor_rollout_ref.model.fsdp_layer_prefixes={prefixes!r}: no block found in {type(module).__name__}"
-            )
-        return found
+    # children of the module lists named by `prefixes` (`model.fsdp_layer_prefixes`): the FSDP units
+    _blocks = staticmethod(fsdp_blocks)
 
     # ---- forward paths ------------------------------------------------------------------------------------
 
     def _to_device(self, batch: TensorDict, *, update: bool = False) -> TensorDict:
-        host = [k for k in _HOST_KEYS if k in batch]
-        skip = [*_SKIP_KEYS, *([] if update else _UPDATE_ONLY_KEYS)]
-        if update and not self.config.use_kl_loss:
-            skip += ["ref_prev_sample_mean", "ref_log_probs"]
-        moved = batch.exclude(*host, *skip).to(self.device, non_blocking=True)
-        return moved.update(batch.select(*host)) if host else moved
+        return to_device(batch, self.device, update=update, use_kl=self.config.use_kl_loss)
 
     def _score(self, micro: TensorDict, j: int) -> Any:
         return self.adapter.score_step(
@@ -226,12 +184,7 @@ class DiffusersFSDPEngine:
             dtype=self.param_dtype,
         )
 
-    @staticmethod
-    def _micro_batches(batch: TensorDict, size: int | None) -> Iterator[TensorDict]:
-        n = batch.batch_size[0]
-        size = n if size is None else size
-        for start in range(0, n, size):
-            yield batch[start : start + size]
+    _micro_batches = staticmethod(micro_batches)
 
     @contextlib.contextmanager
     def _reference_mode(self) -> Iterator[None]:
@@ -254,7 +207,7 @@ class DiffusersFSDPEngine:
         log_probs, means = [], []
         for micro in self._micro_batches(batch, micro_size):
             micro = self._to_device(micro)
-            rows, _ = _trained_rows(micro, k)  # DanceGRPO: only the rows that train step j (the others stay 0)
+            rows, _ = trained_rows(micro, k)  # DanceGRPO: only the rows that train step j (the others stay 0)
             lp, mu = [], []
             for j in range(k):
                 if rows[j] is None:
@@ -319,9 +272,9 @@ class DiffusersFSDPEngine:
 
     # ---- policy update ------------------------------------------------------------------------------------
 
-    # the update of each loss kind `LossSpec.trains_on` other than "transitions" (which is `update_policy` itself):
-    # its module registers it (`engine/clean_update.py`, `engine/pair_update.py`, imported by `verl_omni.engine`), so
-    # the engine never imports the modules that take it as an argument
+    # the update of each loss kind `LossSpec.trains_on`: its module registers it (`engine/transition_update.py`,
+    # `engine/clean_update.py`, `engine/pair_update.py`, imported by `verl_omni.engine`), so the engine never imports
+    # the modules that take it as an argument
     _updates: ClassVar[dict[str, Callable[[DiffusersFSDPEngine, TensorDict], dict[str, float]]]] = {}
 
     @classmethod
@@ -391,106 +344,9 @@ class DiffusersFSDPEngine:
         """
         if self.forward_only:
             raise ValueError("update_policy: this engine was built with actor.fsdp_config.forward_only=true")
-        on_policy_old = "old_log_probs" not in batch
-        loss_mode = self.config.diffusion_loss.loss_mode
-        spec = loss_spec(loss_mode)
-        if spec.trains_on != "transitions":  # clean samples (DiffusionNFT) or preference pairs (Diffusion-DPO)
-            return self._update_for(spec.trains_on)(self, batch)
-        if spec.sde_types is not None:
-            stored = self.sde_type
-            if stored is None and "sde_type" in batch:
-                stored = setting_name("sde_type", batch["sde_type"][:1])
-            if stored not in spec.sde_types:
-                raise ValueError(
-                    f"actor.diffusion_loss.loss_mode={loss_mode!r} holds only for rollout.algo.sde_type in "
-                    f"{list(spec.sde_types)}, but the batch was sampled with sde_type={stored!r}"
-                )
-        old_mean = "old_prev_sample_mean" in spec.needs
-        need = ["advantages", "log_probs" if on_policy_old else "old_log_probs"]
-        need += ["old_prev_sample_mean"] if old_mean and not on_policy_old else []
-        need += ["ref_prev_sample_mean"] if self.config.use_kl_loss else []
-        missing = [k for k in need if k not in batch]
-        if missing:
-            raise ValueError(f"update_policy: batch lacks {missing}; it has {sorted(batch.keys())}")
-        if on_policy_old:
-            self._check_on_policy(batch.batch_size[0])
-        loss_fn = get_loss(loss_mode)
-        k = batch["log_probs" if on_policy_old else "old_log_probs"].shape[1]
-        own_old: list[torch.Tensor] = []  # on-policy: the detached log-probs of the update's own forwards
-        own_rollout: list[torch.Tensor] = []  # and the rollout's log-probs of the same rows
-        acc: dict[str, torch.Tensor] = {}
-        n_terms = 0
-        grad_norms = []
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.module.train()
-        for epoch in range(self.config.ppo_epochs):
-            for mini in self._mini_batches(batch, epoch):
-                mini_size = mini.batch_size[0]
-                self.optimizer.zero_grad(set_to_none=True)
-                for micro in self._micro_batches(mini, self.config.ppo_micro_batch_size_per_gpu):
-                    micro = self._to_device(micro, update=True)
-                    # each row trains k_train of its k steps (all k, or DanceGRPO's subset `train_step_mask`): a
-                    # step's loss (a mean over its rows) is weighted by rows / mini_size / k_train, so the optimizer
-                    # sees the mean over samples and their trained steps
-                    rows, k_train = _trained_rows(micro, k)
-                    micro_old = []
-                    for j in range(k):
-                        part = micro if rows[j] is None else micro[rows[j]]
-                        if on_policy_old:
-                            micro_old.append(micro["log_probs"].new_full((micro.batch_size[0],), float("nan")))
-                        if part.batch_size[0] == 0:
-                            continue
-                        out = self._score(part, j)
-                        own = out.log_prob.detach().float()
-                        if on_policy_old:
-                            micro_old[j][slice(None) if rows[j] is None else rows[j].to(own.device)] = own
-                        adv = part["advantages"]
-                        res = loss_fn(
-                            PolicyLossInput(
-                                log_prob=out.log_prob,
-                                old_log_prob=own if on_policy_old else part["old_log_probs"][:, j],
-                                advantages=adv[:, j] if adv.ndim == 2 else adv,
-                                prev_sample_mean=out.prev_sample_mean,
-                                std_dev_t=out.std_dev_t,
-                                std=out.std,
-                                ref_prev_sample_mean=(
-                                    part["ref_prev_sample_mean"][:, j] if self.config.use_kl_loss else None
-                                ),
-                                old_prev_sample_mean=(
-                                    None
-                                    if not old_mean
-                                    else out.prev_sample_mean.detach()
-                                    if on_policy_old
-                                    else part["old_prev_sample_mean"][:, j]
-                                ),
-                            ),
-                            self.config,
-                        )
-                        scale = part.batch_size[0] / mini_size / k_train * (self.config.loss_scale_factor or 1.0)
-                        (res.loss * scale).backward()
-                        accumulate(acc, "pg_loss", res.pg_loss)
-                        if res.kl is not None:
-                            accumulate(acc, "kl_loss", res.kl)
-                        for name, value in res.metrics.items():
-                            accumulate(acc, name, value)
-                        n_terms += 1
-                    if on_policy_old:
-                        own_old.append(torch.stack(micro_old, dim=1))
-                        own_rollout.append(micro["log_probs"])  # in the update's (possibly shuffled) row order
-                lr = self.optimizer.param_groups[0]["lr"]  # the lr this optimizer step uses
-                grad_norms.append(self._clip_and_step())
-        metrics = update_metrics(acc, n_terms, grad_norms, lr)
-        if "log_probs" in batch:
-            old = torch.cat(own_old) if on_policy_old else batch["old_log_probs"]
-            rollout = (torch.cat(own_rollout) if on_policy_old else batch["log_probs"]).to(old.device)
-            # with a step subset (DanceGRPO) only trained steps have old log-probs (own: NaN, recomputed: 0 elsewhere)
-            trained = ~torch.isnan(old)
-            if not on_policy_old and "train_step_mask" in batch.keys():  # noqa: SIM118 - a TensorDict's keys
-                trained = batch["train_step_mask"].to(old.device, torch.bool)
-            diffs = rollout_consistency_metrics(old[trained], rollout[trained])  # own_old is on the device
-            metrics["actor/rollout_logprob_diff_mean"] = diffs["rollout_logprob_diff_mean"]
-            metrics["actor/rollout_logprob_diff_max"] = diffs["rollout_logprob_diff_max"]
-        return all_reduce_metrics(metrics, self.device)
+        # FlowGRPO and kin train on SDE transitions (`engine/transition_update.py`), DiffusionNFT on clean samples
+        # (`engine/clean_update.py`), Diffusion-DPO on preference pairs (`engine/pair_update.py`)
+        return self._update_for(loss_spec(self.config.diffusion_loss.loss_mode).trains_on)(self, batch)
 
     def refresh_old_policy(self, decay: float) -> dict[str, float]:
         """`θ_old ← decay·θ_old + (1 − decay)·θ` (a loss that reads the old velocity; decay 0 copies θ).
@@ -594,71 +450,3 @@ class DiffusersFSDPEngine:
         if step is not None:
             self.global_step = step
         return self.global_step
-
-
-def _fsdp_lazy_init(module: nn.Module) -> None:
-    """Run FSDP2's lazy initialisation now instead of at the module's first forward.
-
-    At that initialisation FSDP2 records each parameter group's original and reduce dtypes from the parameters
-    that require grad at that moment. Doing it at construction, where `requires_grad` is what training uses, makes
-    the engine independent of which forward comes first (e.g. a reference pass with the adapters disabled).
-    `_get_fsdp_state()._lazy_init()` is torch's own (private, idempotent) entry point that every root forward
-    calls first; it exists in every torch this package supports (>= 2.6).
-    """
-    module._get_fsdp_state()._lazy_init()
-
-
-def _trained_rows(micro: TensorDict, k: int) -> tuple[list[torch.Tensor | None], int]:
-    """Per stored step `j`, the (CPU) indices of the rows of `micro` that train it, and the steps each row trains.
-
-    Without `train_step_mask` every row trains every step (`[None] * k`, `k`); with it (DanceGRPO,
-    `algorithm.timestep_fraction` < 1) row `i` trains step `j` where `train_step_mask[i, j]`.
-
-    Raises:
-        ValueError: the mask is not `(B, k)`, or its rows train different numbers of steps (or none).
-    """
-    if "train_step_mask" not in micro.keys():  # noqa: SIM118 - a TensorDict's keys
-        return [None] * k, k
-    mask = micro["train_step_mask"].to("cpu", torch.bool)
-    counts = mask.sum(dim=1)
-    if mask.shape[1:] != (k,) or bool((counts != counts[0]).any()) or int(counts[0]) < 1:
-        raise ValueError(
-            f"train_step_mask: expected ({mask.shape[0]}, {k}) bool with the same number >= 1 of trained steps per "
-            f"row, got shape {tuple(mask.shape)} and counts {sorted(set(counts.tolist()))}"
-        )
-    return [mask[:, j].nonzero().squeeze(1) for j in range(k)], int(counts[0])
-
-
-def _layer_prefixes(model_config: DiffusionModelConfig, adapter: Any) -> list[str]:
-    """`model.fsdp_layer_prefixes` when set, else the model adapter's default; logs which one and where it came from."""
-    if model_config.fsdp_layer_prefixes is not None:
-        prefixes, source = list(model_config.fsdp_layer_prefixes), "actor_rollout_ref.model.fsdp_layer_prefixes"
-    else:
-        prefixes, source = list(adapter.fsdp_layer_prefixes), f"the {type(adapter).__name__} default"
-    logger.info("FSDP2 shards the blocks under %s (%s)", prefixes, source)
-    return prefixes
-
-
-def _warn_unsharded_repeated_blocks(transformer: nn.Module, blocks: list[nn.Module], prefixes: list[str]) -> None:
-    """Warn when blocks the model repeats (diffusers' `_repeated_blocks`) are outside `fsdp_layer_prefixes`.
-
-    They then sit in the root FSDP unit (gathered whole, never compiled one by one): FLUX's single-stream blocks
-    with the default `[transformer_blocks.]`.
-    """
-    names = set(getattr(transformer, "_repeated_blocks", None) or ())
-    chosen = {id(b) for b in blocks}
-    left: dict[str, list[str]] = {}
-    for name, module in transformer.named_modules():
-        if (
-            type(module).__name__ in names
-            and id(module) not in chosen
-            and not any(name.startswith(p) for p in prefixes)
-        ):
-            left.setdefault(name.rpartition(".")[0] + ".", []).append(type(module).__name__)
-    if left:
-        lists = ", ".join(f"{prefix} ({len(found)} × {found[0]})" for prefix, found in left.items())
-        logger.warning(
-            "actor_rollout_ref.model.fsdp_layer_prefixes=%s leaves the repeated blocks of %s under %s in the root "
-            "FSDP unit (not sharded or compiled one by one); add those prefixes to the list",
-            prefixes, type(transformer).__name__, lists,
-        )  # fmt: skip
