@@ -1,6 +1,6 @@
 """`Rule`, the base of every rule kind, the rule phases, and the registry the rule modules add themselves to.
 
-The rule kinds (`verl_migrate.kinds`, `target_kinds`, `hydra_kinds`, `completion`) subclass `Rule`; the rule modules
+The rule kinds (`verl_migrate.kinds`: `.keys`, `.target`, `.hydra`, `.completion`) subclass `Rule`; the rule modules
 (`verl_migrate.rules.<topic>`) declare rules of those kinds and `register` them. This module sits below both, so the
 kinds never import the `rules` package. `verl_migrate.rules.base`, its former path, re-exports it.
 """

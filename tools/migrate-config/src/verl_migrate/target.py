@@ -68,7 +68,7 @@ def extends_root() -> bool:
 
 @functools.cache
 def root_keys() -> tuple[str, ...]:
-    """Return the keys a migrated root config must define itself (see `completion.py`).
+    """Return the keys a migrated root config must define itself (see `verl_migrate.kinds.completion`).
 
     When it replaces the target's root, these are the keys that root defines itself (every key no group of its
     defaults list composes); when it extends the target's root, none (they come from the target).

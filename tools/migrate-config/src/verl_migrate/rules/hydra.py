@@ -4,7 +4,7 @@ Configs that extend verl's config tree name it in `hydra.searchpath` (`pkg://ver
 `file://verl/trainer/config`); #6200 removed the diffusion groups from there (issue 9 item 6).
 """
 
-from verl_migrate.hydra_kinds import FlagSearchpath
+from verl_migrate.kinds.hydra import FlagSearchpath
 from verl_migrate.rule_base import register
 
 register(

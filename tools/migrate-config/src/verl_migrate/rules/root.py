@@ -5,7 +5,7 @@ A migrated root config replaces the target's root: it gets the target's defaults
 loses defaults entries naming options the target's group does not have (legacy_surface.md §3.1, §3.5; issue 13).
 """
 
-from verl_migrate.completion import CompleteRootDefaults, CompleteRootKeys, GroupFileDefaults
+from verl_migrate.kinds.completion import CompleteRootDefaults, CompleteRootKeys, GroupFileDefaults
 from verl_migrate.rule_base import register
 
 register(

@@ -5,10 +5,10 @@ follow the target when it switches. Sources: verl-omni REF0/E/9482d5c7, legacy_s
 """
 
 from verl_migrate.kinds import RenameValue, ReplaceTarget
+from verl_migrate.kinds.target import FollowTargetClasses
 from verl_migrate.rule_base import register
 from verl_migrate.rules._targets import ACTOR, MODEL, REF, ROLLOUT, VAL
 from verl_migrate.target import target_class_or_none
-from verl_migrate.target_kinds import FollowTargetClasses
 
 for _id, _node, _old, _row in (
     ("target-actor-config", ACTOR, "verl.workers.config.FSDPActorConfig", 32),

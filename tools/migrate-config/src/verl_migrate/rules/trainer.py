@@ -5,8 +5,8 @@ legacy_surface.md §3.4 row 39).
 """
 
 from verl_migrate.kinds import Drop
+from verl_migrate.kinds.target import ScalarToList
 from verl_migrate.rule_base import register
-from verl_migrate.target_kinds import ScalarToList
 
 register(
     Drop(

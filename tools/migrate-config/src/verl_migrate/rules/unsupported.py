@@ -5,8 +5,8 @@ The key moves follow upstream verl-omni; what this project's config lacks is the
 `scripts/gen_target.py` regenerates it. The keys below are in this project's config but only at their default.
 """
 
+from verl_migrate.kinds.target import FitTarget
 from verl_migrate.rule_base import register
-from verl_migrate.target_kinds import FitTarget
 
 #: feature names of upstream-only key prefixes, for the report (longest first)
 FEATURES = (

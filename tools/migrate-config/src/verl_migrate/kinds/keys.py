@@ -1,4 +1,4 @@
-"""The rule kinds.
+"""Key and value rewrite kinds (re-exported by `verl_migrate.kinds`).
 
 RenameKey, MoveSubtree, SplitDict, RenameValue, ReplaceTarget, Drop, Flag, SetExplicitDefault, RewriteDefaultsEntry,
 FixPlusPrefix and ReplaceEntryPoint. Each is a frozen dataclass holding data only.
