@@ -1,5 +1,6 @@
 """`trainer.mode: separate` end to end on a local Ray (CPU, fp32, tiny Qwen-Image): with lag 0 it is the colocated
-run (and resumes bit for bit); a killed rollout server stops the run naming it."""
+run (and resumes bit for bit); a killed rollout server stops the run naming it, or with
+`on_rollout_failure: restart` is relaunched with the actor's weights and the run finishes."""
 
 from __future__ import annotations
 
@@ -43,8 +44,19 @@ def test_separate_with_threshold_zero_equals_colocated_and_resumes_bit_identical
         assert value.equal(resumed.fingerprint["model"][name]), name
 
 
+@pytest.mark.parametrize(
+    ("policy", "named"),
+    [
+        pytest.param([], "", id="fail"),
+        pytest.param(
+            ["trainer.separate.on_rollout_failure=restart", "trainer.separate.max_restarts=0"],
+            " (after 0 restart(s): trainer.separate.max_restarts=0)",
+            id="restart-none-left",
+        ),
+    ],
+)
 def test_a_killed_rollout_server_exits_1_naming_it_within_the_queue_timeout(
-    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, kill_rollout_server_at, capsys
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, kill_rollout_server_at, capsys, policy, named
 ):
     import time
 
@@ -65,14 +77,54 @@ def test_a_killed_rollout_server_exits_1_naming_it_within_the_queue_timeout(
         "trainer.save_freq=1",
         "trainer.val_before_train=false",
         "actor_rollout_ref.rollout.lifecycle_timeout_s=60",
+        *policy,
     ]
     start = time.monotonic()
     assert run(argv) == EXIT_FAILED
     assert time.monotonic() - start < 120  # trainer.separate.queue_timeout_s: the death is seen, not waited out
     err = capsys.readouterr().err
     assert "RolloutServiceError: the separate rollout stopped: rollout server rank 0 died" in err, err[-2000:]
+    assert named in err, err[-2000:]
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "global_step_1" / "COMPLETE").is_file()
+
+
+def test_a_killed_rollout_server_is_relaunched_with_the_actors_weights_and_the_run_finishes(
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, kill_rollout_server_at
+):
+    """`on_rollout_failure: restart` on one device pool (`share_devices`: the servers on the actor's bundles): the
+    server killed at step 1 is relaunched in its bundle, given the actor's step-1 weights (the served-weights check
+    compares them bit for bit; the producer checks every row's version) and the lost batch generated again."""
+    from verl_omni.trainer.main import run
+    from verl_omni.trainer.report import read_metrics
+
+    kill_rollout_server_at(1)
+    argv = [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        *fast_overrides,
+        *[o for o in SEPARATE if not o.startswith("actor_rollout_ref.rollout.nnodes=")],
+        "actor_rollout_ref.rollout.nnodes=0",
+        "trainer.separate.share_devices=true",
+        "trainer.separate.on_rollout_failure=restart",
+        "trainer.separate.max_restarts=1",
+        "trainer.check_served_weights=true",
+        "trainer.separate.parameter_sync_step=3",  # no push before the end: the producer is what meets the corpse
+        "trainer.separate.max_off_policy_threshold=2",
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=-1",
+        "trainer.val_before_train=false",
+        "actor_rollout_ref.rollout.lifecycle_timeout_s=60",
+    ]
+    assert run(argv) == 0
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[-1]["async/rollout_restarts"] == 1.0
+    assert rows[-1]["rollout/weight_version"] == 3.0
+    assert all(r["async/version_lag_max"] <= 2 for r in rows)
 
 
 def test_separate_with_lag_up_to_2_and_is_weights_raises_the_reward_by_more_than_3_standard_errors(

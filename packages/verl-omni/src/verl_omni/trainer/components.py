@@ -154,6 +154,7 @@ class TrainerComponents:
     device: str
     release: Callable[[], None] = lambda: None
     reward_model: Any = None  # a `RewardModelService` with `reward.reward_model.enable`
+    relaunch_rollout: Callable[[], Any] | None = None  # the rollout servers shut down and launched again
 
 
 def build_components(prepared: Prepared, *, write: Callable[[str], None] = print) -> TrainerComponents:
@@ -181,7 +182,8 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         actor_cfg = actor_cfg.evolve(optim=actor_cfg.optim.evolve(total_training_steps=total_steps))
 
     reward_cpus = config.reward.num_workers * config.reward.num_cpus_per_worker if config.reward.pool == "ray" else 0
-    separate = trainer.mode == "separate"  # the rollout servers on a pool of their own, one bundle each
+    # separate: the rollout servers on a pool of their own, one bundle each (unless they share the actor's bundles)
+    separate = trainer.mode == "separate" and not trainer.separate.share_devices
     if separate:
         reward_cpus += arr.rollout.nnodes * arr.rollout.n_gpus_per_node
     rm = config.reward.reward_model
@@ -196,7 +198,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
     try:
         use_gpu = _use_gpu(config, ray.cluster_resources())
         device = "cuda" if use_gpu else "cpu"
-        pool = ResourcePool(config, use_gpu)
+        pool = ResourcePool(config, use_gpu, fail_fast=started)
         slots = pool.create()
         need_ref = actor_cfg.use_kl_loss and not arr.model.use_lora
         remote = ray.remote(ActorWorker)
@@ -225,11 +227,16 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         server_config = served_rollout_config(arr, device)
         rollout_slots, rollout_share = slots, share
         if separate:
-            rollout_pool = ResourcePool(config, use_gpu, prefix="actor_rollout_ref.rollout")
+            rollout_pool = ResourcePool(config, use_gpu, prefix="actor_rollout_ref.rollout", fail_fast=started)
             rollout_slots, rollout_share = rollout_pool.create(), 1.0
-        rollout = ColocatedRollout(
-            server_config, rollout_slots, use_gpu=use_gpu, threads=trainer.cpu_threads_per_worker, share=rollout_share
-        )
+
+        def launch_rollout() -> ColocatedRollout:
+            return ColocatedRollout(
+                server_config, rollout_slots, use_gpu=use_gpu, threads=trainer.cpu_threads_per_worker,
+                share=rollout_share,
+            )  # fmt: skip
+
+        rollout = launch_rollout()
         if rm.enable:
             from verl_omni.trainer.reward_model import RewardModelService
 
@@ -257,6 +264,13 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
             ray.shutdown()
         raise
 
+    def relaunch_rollout() -> ColocatedRollout:
+        """Shut the rollout servers down and launch them again on the same bundles (base weights)."""
+        nonlocal rollout
+        rollout.shutdown()
+        rollout = launch_rollout()
+        return rollout
+
     def release() -> None:
         if reward_model is not None:
             reward_model.shutdown()
@@ -280,6 +294,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         device=device,
         release=release,
         reward_model=reward_model,
+        relaunch_rollout=relaunch_rollout,
     )
 
 
@@ -315,7 +330,7 @@ def _use_gpu(config: DiffusionTrainerConfig, resources: dict[str, float]) -> boo
         return False
     need, what = config.trainer.world_size, "trainer.nnodes x trainer.n_gpus_per_node"
     rollout = config.actor_rollout_ref.rollout
-    if config.trainer.mode == "separate":  # the rollout's own pool holds GPUs of its own
+    if config.trainer.mode == "separate":  # the rollout's own pool holds GPUs of its own (none with share_devices)
         need += rollout.nnodes * rollout.n_gpus_per_node
         what += " + actor_rollout_ref.rollout.nnodes x n_gpus_per_node"
     enough = resources.get("GPU", 0) >= need

@@ -4,16 +4,20 @@
 `verl_omni.trainer.flow_grpo_trainer`): `_start_separate` builds the producer (`SeparateRollout`) and the consumer
 (`GroupConsumer`); `_take_groups` and `_score` are steps 1-4; `_correct_staleness` is step 6b; `_separate_sync` is
 step 9 (a push every `trainer.separate.parameter_sync_step` steps, between two requests); `_separate_metrics` the
-`async/*` metrics of step 12.
+`async/*` metrics of step 12. `_check_rollout` runs while the actor waits for groups: a producer stopped by a dead
+rollout server fails the step, or with `trainer.separate.on_rollout_failure: restart` (at most `max_restarts` times)
+the servers are relaunched, given the actor's current weights (checked bit for bit) and the lost batch regenerated.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from tensordict import TensorDict
 
+from verl_omni.trainer.colocated_rollout import RolloutServiceError
 from verl_omni.trainer.separate_rollout import SeparateRollout
 from verl_omni.trainer.staleness import GroupConsumer, assemble_batch, importance_weights
 
@@ -22,12 +26,15 @@ if TYPE_CHECKING:
 
 __all__ = ["SeparateModeMixin"]
 
+logger = logging.getLogger(__name__)
+
 
 class SeparateModeMixin:
     """The separate-mode steps of `FlowGRPOTrainer` (uses its `config`, `step`, `weight_version`, `_plan`...)."""
 
     separate: SeparateRollout | None
     consumer: GroupConsumer | None
+    rollout_restarts: int = 0  # `async/rollout_restarts`: relaunches of the rollout servers this run
 
     def _start_separate(self: Any) -> None:
         """`trainer.mode: separate`: start the producer on the rollout's pool, from the step after `self.step`."""
@@ -38,10 +45,46 @@ class SeparateModeMixin:
             version=self.weight_version, first_batch=self.step + 1,
         )  # fmt: skip
         self.consumer = GroupConsumer(
-            self.separate.queue, sep.max_off_policy_threshold, sep.queue_timeout_s, self.separate.check,
+            self.separate.queue, sep.max_off_policy_threshold, sep.queue_timeout_s, self._check_rollout,
             self.separate.describe,
         )  # fmt: skip
         self.separate.start()
+
+    def _check_rollout(self: Any) -> None:
+        """While the actor waits: raise the producer's failure, or relaunch the servers (`on_rollout_failure`).
+
+        Raises:
+            RolloutServiceError: the producer stopped (names the dead server) and no restart is left
+                (`trainer.separate.max_restarts`), or the relaunch itself failed.
+            WeightSyncError: the relaunched servers do not serve the actor's weights.
+        """
+        separate, sep = self.separate, self.config.trainer.separate
+        if separate is None or separate.error is None:
+            return
+        relaunch = self._components().relaunch_rollout
+        if (
+            sep.on_rollout_failure != "restart"
+            or not isinstance(separate.error, RolloutServiceError)
+            or relaunch is None
+        ):
+            separate.check()
+        if self.rollout_restarts >= sep.max_restarts:
+            try:
+                separate.check()
+            except RolloutServiceError as e:
+                raise RolloutServiceError(
+                    f"{e} (after {self.rollout_restarts} restart(s): trainer.separate.max_restarts={sep.max_restarts})"
+                ) from e.__cause__
+        logger.warning(
+            "rollout restart %d of %d (trainer.separate.max_restarts): %s",
+            self.rollout_restarts + 1, sep.max_restarts, separate.error,
+        )  # fmt: skip
+        self.rollout_restarts += 1
+        c = self._components()
+        c.rollout = relaunch()  # the base weights: push the actor's current ones, then check them bit for bit
+        self._served_weights_checked = False
+        self._sync_weights(self.step)
+        separate.resume(c.rollout, self.step)
 
     def _take_groups(self: Any, timing: dict, metrics: dict) -> tuple[list, TensorDict, int]:
         """Separate steps 1-3: `data.train_batch_size` groups of lag <= threshold (`GroupConsumer.take`)."""
@@ -100,6 +143,9 @@ class SeparateModeMixin:
         """Separate step 12: the actor's and the rollout's idle shares, the queue depth."""
         if self.separate is None:
             return {}
-        metrics = {"async/actor_idle_frac": timing.get("queue_wait", 0.0) / timing["step"]}
+        metrics = {
+            "async/actor_idle_frac": timing.get("queue_wait", 0.0) / timing["step"],
+            "async/rollout_restarts": float(self.rollout_restarts),
+        }
         metrics.update(self.separate.idle_metrics())
         return metrics

@@ -7,6 +7,8 @@ the next prompt batch, generates it with the weights the servers hold, and puts 
 `max_off_policy_threshold` versions ahead of the actor (batch `k` starts only once the servers hold version
 `>= k − 1 − threshold`), so threshold 0 is the colocated schedule. The trainer pushes new weights inside `pause()`,
 which waits for the request in flight: the servers switch weights between requests, never inside one.
+After a rollout server dies, `resume` (on relaunched servers) rewinds the sampler to before the lost batch and
+generates it again; the groups already queued stay.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from verl_core.rollout.errors import WeightSyncError
 from verl_omni.trainer.colocated_rollout import RolloutServiceError
 from verl_omni.trainer.staleness import VersionedGroup
 
@@ -65,6 +68,7 @@ class SeparateRollout:
         self.next_batch = first_batch
         self.sampler_state = prompts.state_dict()  # after the last batch the actor trained (what a checkpoint saves)
         self.error: BaseException | None = None
+        self._rewind: dict[str, Any] | None = None  # the sampler's state before the batch in flight (see `resume`)
         self._lock = threading.Lock()  # held while a request is in flight; the weight push takes it
         self._cond = threading.Condition()
         self._paused = 0
@@ -101,6 +105,8 @@ class SeparateRollout:
 
     def check(self) -> None:
         """Raise the producer's failure (a dead or failed rollout server, named by the rollout's error)."""
+        if isinstance(self.error, WeightSyncError):
+            raise self.error
         if self.error is not None:
             raise RolloutServiceError(f"the separate rollout stopped: {self.error}") from self.error
 
@@ -115,6 +121,23 @@ class SeparateRollout:
         span, busy = max(now - self._since, 1e-9), self._busy_s
         self._since, self._busy_s = now, 0.0
         return {"async/rollout_idle_frac": max(0.0, 1.0 - busy / span), "async/queue_depth": float(self.queue.qsize())}
+
+    def resume(self, rollout: Any, version: int) -> None:
+        """After a failure: generate again from the lost batch on `rollout` (relaunched, holding `version`).
+
+        Raises:
+            RuntimeError: the thread is still running (only a stopped producer resumes).
+        """
+        self._thread.join(timeout=_WAKE_S * 10)  # it sets `error` as its last act
+        if self._thread.is_alive():
+            raise RuntimeError("SeparateRollout.resume: the producer thread is still running")
+        if self._rewind is not None:  # the batch drawn when the server died: draw it again
+            self.prompts.load_state_dict(self._rewind)
+            self._rewind = None
+        self.rollout, self.version, self.error = rollout, version, None
+        self._since, self._busy_s = time.perf_counter(), 0.0
+        self._thread = threading.Thread(target=self._run, name="separate-rollout", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         """Stop the thread (after the request in flight) and the queue actor (safe to call twice)."""
@@ -134,6 +157,7 @@ class SeparateRollout:
                 index = self.next_batch
                 if not self._wait(lambda i=index: self._paused == 0 and i - 1 - self.version <= self.threshold):
                     return
+                self._rewind = self.prompts.state_dict()
                 records = self.prompts.next_batch()
                 state = self.prompts.state_dict()
                 sampling, window_start, seed = self.plan(index)
@@ -144,7 +168,7 @@ class SeparateRollout:
                     self._busy_s += time.perf_counter() - start
                 served = batch["weight_version"]
                 if bool((served != version).any()):
-                    raise RolloutServiceError(
+                    raise WeightSyncError(
                         f"rollout server(s) {sorted({int(r) for r in batch['server_rank'][served != version]})} "
                         f"served weight version(s) {sorted({int(v) for v in served[served != version]})} for batch "
                         f"{index}; the actor pushed version {version}"
@@ -162,6 +186,7 @@ class SeparateRollout:
                     if not self._put(group):
                         return
                 self.next_batch = index + 1
+                self._rewind = None
         except BaseException as e:  # the consumer raises it, naming the server (the thread itself cannot)
             logger.error("separate rollout stopped: %s", e)
             self.error = e

@@ -141,12 +141,22 @@ class DiffusionTrainerConfig(BaseConfig):
                 "trainer.mode=separate",
             )
             return
-        _check(
-            rollout.nnodes >= 1,
-            "actor_rollout_ref.rollout.nnodes",
-            f"{rollout.nnodes}: trainer.mode=separate runs the rollout servers on a pool of their own; set "
-            "actor_rollout_ref.rollout.nnodes >= 1 (and rollout.n_gpus_per_node servers per node)",
-        )
+        if self.trainer.separate.share_devices:
+            _check(
+                rollout.nnodes == 0,
+                "actor_rollout_ref.rollout.nnodes",
+                f"{rollout.nnodes} with trainer.separate.share_devices=true: the rollout servers sit on the actor's "
+                "devices (one per actor rank), there is no rollout pool; set actor_rollout_ref.rollout.nnodes=0 or "
+                "share_devices=false",
+            )
+        else:
+            _check(
+                rollout.nnodes >= 1,
+                "actor_rollout_ref.rollout.nnodes",
+                f"{rollout.nnodes}: trainer.mode=separate runs the rollout servers on a pool of their own; set "
+                "actor_rollout_ref.rollout.nnodes >= 1 (and rollout.n_gpus_per_node servers per node), or "
+                "trainer.separate.share_devices=true to put them on the actor's devices",
+            )
         _check(
             not rollout.free_cache_engine,
             "actor_rollout_ref.rollout.free_cache_engine",
@@ -164,12 +174,6 @@ class DiffusionTrainerConfig(BaseConfig):
             "algorithm.rollout_correction.bypass_mode",
             "true: in trainer.mode=separate the rollout's log-probs come from older weights; the clipped ratio needs "
             "the actor's own (set bypass_mode=false; rollout_is=token weights the staleness)",
-        )
-        _check(
-            self.trainer.separate.on_rollout_failure == "fail",
-            "trainer.separate.on_rollout_failure",
-            f"'restart' is not supported for actor_rollout_ref.rollout.name={rollout.name!r}: a dead rollout server "
-            "is not relaunched yet; set trainer.separate.on_rollout_failure=fail (the run exits naming the server)",
         )
         rm = self.reward.reward_model
         _check(

@@ -31,11 +31,15 @@ class SeparateRolloutConfig(BaseConfig):
         queue_timeout_s (`float`, *optional*, defaults to `600.0`): longest the actor waits for one group; then the
             step fails naming the rollout servers.
         on_rollout_failure (`str`, *optional*, defaults to `"fail"`): what a dead rollout server does to the run.
-            `fail`: the run exits non-zero naming the server. `restart` (relaunch the server, push the actor's
-            weights, regenerate the lost group, at most `max_restarts` times) is not implemented yet: the run
-            refuses it at load time.
-        max_restarts (`int`, *optional*, defaults to `1`): most server restarts per run with
-            `on_rollout_failure: restart`; after that the run fails as with `fail`.
+            `fail`: the run exits non-zero naming the server. `restart`: the rollout servers are relaunched on the
+            same bundles, the actor's current weights pushed to them (and checked), the batch in flight regenerated;
+            `async/rollout_restarts` counts them.
+        max_restarts (`int`, *optional*, defaults to `1`): most rollout relaunches per run with
+            `on_rollout_failure: restart`; one more death fails the run as with `fail`, naming the server.
+        share_devices (`bool`, *optional*, defaults to `False`): place the rollout servers on the actor's bundles
+            (one per actor rank, half of its CPU and GPU each, as colocated mode) instead of a pool of their own;
+            `actor_rollout_ref.rollout.nnodes` must then be 0. For one device, where the pools cannot be apart:
+            the separate loop's overheads (queue, version gate) measured against colocated.
 
     Raises:
         ConfigValueError: a value out of range, or a threshold below `parameter_sync_step - 1`.
@@ -47,6 +51,7 @@ class SeparateRolloutConfig(BaseConfig):
     queue_timeout_s: float = 600.0
     on_rollout_failure: Literal["fail", "restart"] = "fail"
     max_restarts: int = 1
+    share_devices: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
