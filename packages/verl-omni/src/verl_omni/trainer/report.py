@@ -7,16 +7,19 @@ resumed run still shows the run's first validation, each row labelled with its g
 from __future__ import annotations
 
 import json
+import logging
 import math
 import pathlib
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verl_omni.trainer.video_grid import image_grid, write_video_gif
+from verl_omni.trainer.video_grid import image_grid, write_video_gif, write_video_mp4
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "begin_val_images",
@@ -147,11 +150,27 @@ def load_val_images(run_dir: pathlib.Path) -> dict[int, torch.Tensor]:
     return {s: torch.load(path, weights_only=True) for s, path in sorted(_val_files(run_dir).items())}
 
 
+_MP4_WARNED: list[str] = []  # the missing-package message, once warned (one warning per process)
+
+
+def _write_mp4_or_warn(rows: list[torch.Tensor], path: pathlib.Path) -> pathlib.Path | None:
+    """`write_video_mp4`, or None and one warning (per process) when its packages are missing."""
+    try:
+        return write_video_mp4(rows, path)
+    except ImportError as e:
+        if not _MP4_WARNED:
+            _MP4_WARNED.append(str(e))
+            logger.warning("%s; the sample videos are written as GIF only", e)
+        return None
+
+
 def write_sample_grid(val_images: dict[int, torch.Tensor], path: pathlib.Path, scale: int = 2) -> pathlib.Path | None:
     """Top row: the first validation's images; bottom row: the last one's (same prompts and noise).
 
     Each row is labelled with its global step (`step N`) in a strip on the left. Videos `(B, F, 3, H, W)` are drawn
-    as frame strips, and an animated GIF of the same rows is written beside (`path` with suffix `.gif`).
+    as frame strips, and the same rows are played beside it as an animated GIF (`path` with suffix `.gif`) and an
+    H.264 MP4 (suffix `.mp4`, `write_video_mp4`); without `imageio` / `imageio-ffmpeg` (verl-omni's `video` extra)
+    only the GIF is written, with one warning per process naming the missing package.
     """
     from PIL import Image, ImageDraw
 
@@ -163,6 +182,7 @@ def write_sample_grid(val_images: dict[int, torch.Tensor], path: pathlib.Path, s
     count = min(r.shape[0] for r in rows)
     if rows[0].dim() == 5:
         write_video_gif(rows, path.with_suffix(".gif"))
+        _write_mp4_or_warn(rows, path.with_suffix(".mp4"))
     images = image_grid(torch.cat([r[:count] for r in rows]), cols=count, scale=scale)
     grid = Image.new("RGB", (images.width + _LABEL_W, images.height), "white")
     grid.paste(images, (_LABEL_W, 0))

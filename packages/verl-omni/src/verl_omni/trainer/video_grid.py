@@ -1,19 +1,21 @@
-"""Sample grids: `image_grid` of images, a PNG frame strip per video, an animated GIF of the grid (Pillow, no codec).
+"""Sample grids: `image_grid` of images, a PNG frame strip per video, the grid played as an animated GIF and an MP4.
 
 A batch of videos is uint8 `(B, F, 3, H, W)`. `frame_strips` lays each video's frames left to right, so `image_grid`
-(used by `tracking` and `report.write_sample_grid`) draws a video as one strip; `write_video_gif` plays the grid
-rows over time (frame `t` of every video in each GIF frame). Nothing here imports the rest of the trainer.
+(used by `tracking` and `report.write_sample_grid`) draws a video as one strip; `write_video_gif` (Pillow, no codec)
+and `write_video_mp4` (H.264 through imageio and the ffmpeg binary of `imageio-ffmpeg`, verl-omni's `video` extra)
+play the grid rows over time (frame `t` of every video in each frame). Nothing here imports the rest of the trainer.
 """
 
 from __future__ import annotations
 
+import importlib
 import pathlib
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["frame_strips", "image_grid", "is_video_batch", "write_video_gif"]
+__all__ = ["frame_strips", "image_grid", "is_video_batch", "write_video_gif", "write_video_mp4"]
 
 
 def is_video_batch(images: torch.Tensor) -> bool:
@@ -77,6 +79,66 @@ def write_video_gif(
     Raises:
         ValueError: no rows, or rows whose videos differ in frames or size.
     """
+    frames = _grid_frames(rows, scale)
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
+    return path
+
+
+def write_video_mp4(
+    rows: Sequence[torch.Tensor], path: pathlib.Path, *, scale: int = 2, fps: float = 8.0
+) -> pathlib.Path:
+    """The grid video of `write_video_gif` as an H.264 MP4 (yuv420p, plays in browsers and common players).
+
+    Args:
+        rows (`list[torch.Tensor]`): as `write_video_gif`.
+        path (`pathlib.Path`): the `.mp4` to write.
+        scale (`int`, defaults to 2): nearest-neighbour upscaling of each frame; a frame of odd width or height is
+            padded with white by one pixel (H.264 in yuv420p needs even sizes).
+        fps (`float`, defaults to 8): playback rate.
+
+    Returns:
+        `path`.
+
+    Raises:
+        ImportError: `imageio` or `imageio-ffmpeg` is not installed (the message names the missing package and
+            `pip install 'verl-omni[video]'`).
+        ValueError: no rows, or rows whose videos differ in frames or size.
+    """
+    import numpy as np
+
+    imageio = _import_video_writer()
+    frames = []
+    for frame in _grid_frames(rows, scale):
+        px = np.asarray(frame)
+        h, w = px.shape[:2]
+        frames.append(np.pad(px, ((0, h % 2), (0, w % 2), (0, 0)), constant_values=255))
+    writer = imageio.get_writer(
+        str(path), format="FFMPEG", mode="I", fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
+    )
+    try:
+        for px in frames:
+            writer.append_data(px)
+    finally:
+        writer.close()
+    return path
+
+
+def _import_video_writer() -> Any:
+    """`imageio.v2` with its ffmpeg plugin's binary; ImportError naming the missing package otherwise."""
+    for package, module in (("imageio", "imageio.v2"), ("imageio-ffmpeg", "imageio_ffmpeg")):
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError as e:
+            raise ImportError(
+                f"writing MP4 videos needs the `{package}` package; install it with pip install 'verl-omni[video]'"
+            ) from e
+        if package == "imageio":
+            imageio = loaded
+    return imageio
+
+
+def _grid_frames(rows: Sequence[torch.Tensor], scale: int) -> list[Any]:
+    """PIL grid images, one per frame `t`: row `i` holds frame `t` of the first `min(B)` videos of `rows[i]`."""
     if not rows:
         raise ValueError("rows: expected at least one batch of videos")
     shapes = {tuple(r.shape[1:]) for r in rows}
@@ -84,6 +146,4 @@ def write_video_gif(
         raise ValueError(f"rows: expected videos (B, F, 3, H, W) of one shape, got {[tuple(r.shape) for r in rows]}")
     count = min(r.shape[0] for r in rows)
     videos = torch.cat([r[:count] for r in rows])  # (rows·count, F, 3, H, W)
-    frames = [image_grid(videos[:, t], cols=count, scale=scale) for t in range(videos.shape[1])]
-    frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
-    return path
+    return [image_grid(videos[:, t], cols=count, scale=scale) for t in range(videos.shape[1])]
