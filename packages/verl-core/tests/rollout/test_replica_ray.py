@@ -57,7 +57,11 @@ def test_replica_placement_timeout_names_the_key(ray_cluster, tiny_llm_path):
         finally:
             await replica.shutdown()
 
-    with pytest.raises(TimeoutError, match=r"placing 1 servers with .*'GPU': 1.* \(rollout\.launch_timeout_s\)"):
+    with pytest.raises(
+        TimeoutError,
+        match=r"verl: placing 1 servers with .*'GPU': 1.* \(the cluster has \{'CPU': \d+\.0, 'GPU': 0\.0\}, .*"
+        r"free\) took longer than 0\.5 s \(rollout\.launch_timeout_s\)",
+    ):
         run(scenario())
 
 

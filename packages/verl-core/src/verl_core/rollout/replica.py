@@ -212,7 +212,12 @@ class RolloutReplica:
         if slots is None:
             bundle = {"CPU": self.num_cpus, "GPU": gpus} if use_gpu else {"CPU": self.num_cpus}
             self._placement_group = placement_group([dict(bundle) for _ in range(self.num_servers)], strategy="PACK")
-            what = f"placing {self.num_servers} servers with {bundle} each"
+            have = {k: ray.cluster_resources().get(k, 0.0) for k in ("CPU", "GPU")}
+            free = {k: ray.available_resources().get(k, 0.0) for k in ("CPU", "GPU")}
+            what = (
+                f"{self.name_prefix}: placing {self.num_servers} servers with {bundle} each (the cluster has {have}, "
+                f"{free} free)"
+            )
             await _within(self._placement_group.ready(), timeout, what)
             slots = [(self._placement_group, rank) for rank in range(self.num_servers)]
         num_gpus = (gpus if self.num_gpus is None else self.num_gpus) if use_gpu else 0
