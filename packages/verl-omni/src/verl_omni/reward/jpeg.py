@@ -22,14 +22,14 @@ def _to_uint8_nhwc(images: torch.Tensor | np.ndarray) -> np.ndarray:
         if t.dtype != torch.uint8:
             t = (t.float() * 255).round().clamp(0, 255).to(torch.uint8)
         return t.permute(0, 2, 3, 1).numpy()
-    arr = np.asarray(images)
-    if arr.ndim == 3:
-        arr = arr[None]
-    if arr.ndim != 4 or arr.shape[-1] != 3:
-        raise ValueError(f"images: expected an array of shape (B, H, W, 3) or (H, W, 3), got {arr.shape}")
-    if arr.dtype != np.uint8:
-        arr = np.clip(np.round(arr.astype(np.float64) * 255), 0, 255).astype(np.uint8)
-    return arr
+    pixels = np.asarray(images)
+    if pixels.ndim == 3:
+        pixels = pixels[None]
+    if pixels.ndim != 4 or pixels.shape[-1] != 3:
+        raise ValueError(f"images: expected an array of shape (B, H, W, 3) or (H, W, 3), got {pixels.shape}")
+    if pixels.dtype != np.uint8:
+        pixels = np.clip(np.round(pixels.astype(np.float64) * 255), 0, 255).astype(np.uint8)
+    return pixels
 
 
 def jpeg_sizes_kb(images: torch.Tensor | np.ndarray, quality: int = 95) -> torch.Tensor:

@@ -51,16 +51,18 @@ def _cache_root() -> pathlib.Path:
     return pathlib.Path(base)
 
 
-def served_rollout_config(arr: Any, device: str) -> Any:
+def served_rollout_config(actor_rollout_ref: Any, device: str) -> Any:
     """The rollout servers' config: `actor_rollout_ref.rollout` serving `actor_rollout_ref.model.path` on `device`.
 
     With a LoRA actor (`actor_rollout_ref.model.lora_rank > 0`) and `rollout.lora.rank: 0` (the default), the servers
     hold adapters up to the actor's rank: the vLLM family sizes its LoRA slots from `rollout.lora.rank` and refuses
     adapters with none (the diffusers backend takes any rank). A `rollout.lora.rank` set by hand is kept.
     """
-    config = arr.rollout.with_model(arr.model.path).evolve(device=device)
-    if arr.model.lora_rank > 0 and config.lora.rank == 0:
-        config = dataclasses.replace(config, lora=dataclasses.replace(config.lora, rank=arr.model.lora_rank))
+    config = actor_rollout_ref.rollout.with_model(actor_rollout_ref.model.path).evolve(device=device)
+    if actor_rollout_ref.model.lora_rank > 0 and config.lora.rank == 0:
+        config = dataclasses.replace(
+            config, lora=dataclasses.replace(config.lora, rank=actor_rollout_ref.model.lora_rank)
+        )
     return config
 
 
@@ -128,8 +130,10 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
     build_scorer(config.reward).check_data_sources({r.data_source for r in [*train_set, *val_set]})
     _check_reward_model(config)
     folder = resolve_model_path(config.actor_rollout_ref.model.path)
-    arr = config.actor_rollout_ref
-    config = config.evolve(actor_rollout_ref=arr.evolve(model=arr.model.evolve(path=str(folder))))
+    actor_rollout_ref = config.actor_rollout_ref
+    config = config.evolve(
+        actor_rollout_ref=actor_rollout_ref.evolve(model=actor_rollout_ref.model.evolve(path=str(folder)))
+    )
     # the checkpoint folder: resume from a checkpoint of this run's settings, never write beside another run's
     trainer = config.trainer
     manager = CheckpointManager(trainer.default_local_dir)
@@ -173,11 +177,11 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
     from verl_omni.trainer.colocated_rollout import ColocatedRollout
 
     config = prepared.config
-    trainer, arr, data = config.trainer, config.actor_rollout_ref, config.data
+    trainer, actor_rollout_ref, data = config.trainer, config.actor_rollout_ref, config.data
     seed = 1 if data.seed is None else data.seed  # PromptSampler's default seed
     sampler = PromptSampler(prepared.train_set, data.train_batch_size, shuffle=data.shuffle, seed=seed)
     total_steps = trainer.total_training_steps or trainer.total_epochs * sampler.steps_per_epoch
-    actor_cfg = arr.actor
+    actor_cfg = actor_rollout_ref.actor
     if actor_cfg.optim.total_training_steps == -1:
         actor_cfg = actor_cfg.evolve(optim=actor_cfg.optim.evolve(total_training_steps=total_steps))
 
@@ -185,7 +189,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
     # separate: the rollout servers on a pool of their own, one bundle each (unless they share the actor's bundles)
     separate = trainer.mode == "separate" and not trainer.separate.share_devices
     if separate:
-        reward_cpus += arr.rollout.nnodes * arr.rollout.n_gpus_per_node
+        reward_cpus += actor_rollout_ref.rollout.nnodes * actor_rollout_ref.rollout.n_gpus_per_node
     rm = config.reward.reward_model
     if rm.enable and not rm.colocated:  # one CPU per server of the reward model's own pool
         reward_cpus += rm.nnodes * rm.n_gpus_per_node // rm.rollout.tensor_model_parallel_size
@@ -200,20 +204,20 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         device = "cuda" if use_gpu else "cpu"
         pool = ResourcePool(config, use_gpu, fail_fast=started)
         slots = pool.create()
-        need_ref = actor_cfg.use_kl_loss and not arr.model.use_lora
+        need_ref = actor_cfg.use_kl_loss and not actor_rollout_ref.model.use_lora
         remote = ray.remote(ActorWorker)
         handles = [
             remote.options(**pool.options(slot, share=share)).remote(
-                arr.model,
+                actor_rollout_ref.model,
                 actor_cfg,
-                arr.ref if need_ref else None,
+                actor_rollout_ref.ref if need_ref else None,
                 rank=rank,
                 world_size=len(slots),
                 device=device,
-                sde_type=arr.rollout.algo.sde_type,
-                cps_logprob=arr.rollout.algo.cps_logprob,
+                sde_type=actor_rollout_ref.rollout.algo.sde_type,
+                cps_logprob=actor_rollout_ref.rollout.algo.cps_logprob,
                 threads=trainer.cpu_threads_per_worker,
-                nccl_timeout=arr.nccl_timeout,
+                nccl_timeout=actor_rollout_ref.nccl_timeout,
             )
             for rank, slot in enumerate(slots)
         ]
@@ -224,7 +228,7 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
         master = actor.nodes[0]
         info = start.init_engine(master["ip"], master["port"])
         logger.info("actor ranks: %d on %s; %s", len(handles), device, info[0])
-        server_config = served_rollout_config(arr, device)
+        server_config = served_rollout_config(actor_rollout_ref, device)
         rollout_slots, rollout_share = slots, share
         if separate:
             rollout_pool = ResourcePool(config, use_gpu, prefix="actor_rollout_ref.rollout", fail_fast=started)
