@@ -1,4 +1,5 @@
-"""GPU tier: `vLLMOmniHttpServer` on tiny random Qwen-Image and SD3 folders passes verl-core's `ServerContractSuite`.
+"""GPU tier: `vLLMOmniHttpServer` on tiny random Qwen-Image and SD3 folders passes verl-core's `ServerContractSuite`;
+FLUX and Wan folders are refused by name on the installed release.
 
 Needs one CUDA GPU and `pip install "./packages/verl-omni[vllm-omni]"` (a supported vllm-omni / vllm pair);
 skipped otherwise. Run: `python -m pytest packages/verl-omni/tests/rollout/test_vllm_omni_gpu.py -ra`.
@@ -112,3 +113,19 @@ def test_vllm_omni_in_memory_lora_changes_samples_and_a_zero_binding_adapter_is_
         torch.testing.assert_close(again, second)
     finally:
         run(server.shutdown())
+
+
+@pytest.mark.parametrize("model", ["flux", "wan"])
+def test_installed_vllm_omni_backend_refuses_flux_and_wan_naming_its_version(model, tmp_path):
+    """On the installed release the server refuses FLUX / Wan before starting an engine, naming the version; when a
+    log-prob pipeline for them is added to `PIPELINE_CLASSES`, this test must become a contract suite like SD3's."""
+    from importlib import metadata
+
+    from verl_omni.rollout.vllm_omni.server import vLLMOmniHttpServer
+    from verl_omni.testing import build_tiny_pipeline
+
+    folder = build_tiny_pipeline(model, tmp_path / model, seed=0)
+    version = metadata.version("vllm-omni").replace(".", r"\.")
+    want = rf"cannot serve model '{model}'.*serves qwen_image, sd3 \(vllm-omni {version} is installed\)"
+    with pytest.raises(ValueError, match=want):
+        vLLMOmniHttpServer(RolloutConfig(model={"path": str(folder)}, name="vllm_omni"))

@@ -12,7 +12,7 @@ from verl_core.config import RolloutConfig
 from verl_core.rollout.registry import get_backend
 from verl_omni.rollout.vllm_omni import compat
 
-MODULES = ["compat", "contract", "lora", "pipelines", "server", "worker"]
+MODULES = ["compat", "contract", "lora", "pipelines", "served", "server", "worker"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -46,6 +46,36 @@ def test_pipeline_qualname_names_known_models():
         KeyError, match=r"^model name: unknown vLLM-Omni log-prob pipeline 'flux'; registered: qwen_image, sd3$"
     ):
         pipeline_qualname("flux")
+
+
+@pytest.mark.parametrize("model", ["flux", "wan"])
+def test_check_served_model_refuses_flux_and_wan_naming_the_served_models(model):
+    from verl_omni.rollout.vllm_omni.pipelines import PIPELINE_CLASSES
+    from verl_omni.rollout.vllm_omni.served import SERVED_MODELS, check_served_model
+
+    assert tuple(PIPELINE_CLASSES) == SERVED_MODELS
+    for served in ("qwen_image", "sd3"):
+        check_served_model(served)  # no error
+    with pytest.raises(
+        ValueError,
+        match=rf"rollout\.name=vllm_omni: .* cannot serve model '{model}' \(Cls, /m\): verl-omni has no vLLM-Omni "
+        r"log-prob pipeline for it; it serves qwen_image, sd3 \(vllm-omni is not installed\)\. Use .*name=diffusers",
+    ):
+        check_served_model(model, "Cls", "/m")
+
+
+@pytest.mark.parametrize("fixture", ["tiny_flux_path", "tiny_wan_path"])
+def test_constructing_on_flux_or_wan_is_refused_naming_the_installed_version(fixture, request, monkeypatch):
+    """With a supported pair installed (faked), the server refuses the model before building any engine."""
+    folder = request.getfixturevalue(fixture)
+    monkeypatch.setattr(compat, "_installed", {"vllm-omni": "0.26.0", "vllm": "0.26.0"}.__getitem__)
+    compat.require.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"cannot serve model '(flux|wan)' \((Flux|Wan)Pipeline, .*serves "
+                           r"qwen_image, sd3 \(vllm-omni 0\.26\.0 is installed\)"):  # fmt: skip
+            get_backend("vllm_omni")(RolloutConfig(model={"path": str(folder)}, name="vllm_omni"))
+    finally:
+        compat.require.cache_clear()
 
 
 def test_constructing_without_vllm_omni_says_which_extra_to_install():

@@ -197,3 +197,18 @@ def test_request_overhead_counts_each_request_once():
     assert client == [1.0, 3.0] and server == [0.5, 2.0]
     assert request_overhead_metrics(client, server)["timing_s/gen_request_overhead"] == 0.75
     assert per_request([1.0, 2.0], []) == [1.0, 2.0]  # a loop that does not say: per prompt
+
+
+@pytest.mark.parametrize("fixture", ["tiny_flux_path", "tiny_wan_path"])
+def test_preflight_refuses_vllm_omni_with_a_model_it_cannot_serve(fixture, request, tmp_path):
+    """`rollout.name=vllm_omni` on FLUX / Wan fails in the driver, naming the model and the served ones."""
+    from verl_omni.trainer.components import preflight
+
+    folder = request.getfixturevalue(fixture)
+    argv = [f"actor_rollout_ref.model.path={folder}", "actor_rollout_ref.rollout.name=vllm_omni",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"trainer.run_dir={tmp_path / 'run'}"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"rollout\.name=vllm_omni: .*cannot serve model '(flux|wan)' \((Flux|Wan)"
+                       r"Adapter, .*\): verl-omni has no .*; it serves qwen_image, sd3"):  # fmt: skip
+        preflight(load_config(argv, config_name="quickstart"))
+    ok = [f"actor_rollout_ref.model.path={folder}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    preflight(load_config(ok, config_name="quickstart"))  # the diffusers backend serves it

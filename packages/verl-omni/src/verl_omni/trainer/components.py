@@ -116,7 +116,7 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
     Raises:
         FileNotFoundError: a missing model folder or prompt file (names the key and the path).
         ImportError: a tracker's package is missing (names the extra).
-        ValueError: an empty training set.
+        ValueError: an empty training set, or `rollout.name=vllm_omni` with a model it has no pipeline for.
         CheckpointConflictError: `trainer.default_local_dir` holds checkpoints this run must not resume from or write
             beside (`CheckpointManager.check_resume`).
     """
@@ -134,6 +134,7 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
     config = config.evolve(
         actor_rollout_ref=actor_rollout_ref.evolve(model=actor_rollout_ref.model.evolve(path=str(folder)))
     )
+    _check_rollout_serves_model(config, folder)
     # the checkpoint folder: resume from a checkpoint of this run's settings, never write beside another run's
     trainer = config.trainer
     manager = CheckpointManager(trainer.default_local_dir)
@@ -141,6 +142,18 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
     manager.check_resume(manager.resolve_resume(trainer.resume_mode, trainer.resume_from_path), run_signature(config),
                          total_steps)  # fmt: skip
     return Prepared(config, train_set, val_set)
+
+
+def _check_rollout_serves_model(config: DiffusionTrainerConfig, folder: Any) -> None:
+    """`rollout.name=vllm_omni` with a model the vLLM-Omni backend has no pipeline for (FLUX, Wan 2.1): refused now."""
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name != "vllm_omni":
+        return
+    from verl_omni.models import adapter_for_folder
+    from verl_omni.rollout.vllm_omni.served import check_served_model
+
+    adapter = adapter_for_folder(folder, getattr(rollout, "external_lib", None))
+    check_served_model(adapter.name, type(adapter).__name__, str(folder))
 
 
 @dataclasses.dataclass

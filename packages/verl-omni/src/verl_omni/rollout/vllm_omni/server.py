@@ -28,6 +28,7 @@ from verl_core.rollout.weights import WeightUpdate
 from verl_omni.rollout.vllm_omni import compat
 from verl_omni.rollout.vllm_omni.lora import FAKE_LORA_PATH
 from verl_omni.rollout.vllm_omni.pipelines import pipeline_qualname, sampling_extra_args
+from verl_omni.rollout.vllm_omni.served import check_served_model
 from verl_omni.rollout.vllm_omni.worker import EXTENSION_QUALNAME
 
 __all__ = ["vLLMOmniHttpServer"]
@@ -77,6 +78,7 @@ class vLLMOmniHttpServer(BaseVLLMHttpServer):
             raise ValueError(f"rollout.model.path: {index} is not a readable diffusers model_index.json ({e})") from e
         self._class_name = class_name
         self._adapter_name = get_class(class_name, getattr(config, "external_lib", None)).name
+        check_served_model(self._adapter_name, class_name, str(config.model.path), self._runtime.omni)
         self._pipeline_class = pipeline_qualname(self._adapter_name)
         if config.sleep_level != 1:
             raise compat.UnsupportedVersionError(
