@@ -17,13 +17,15 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 DANCE = ["actor_rollout_ref.rollout.algo.init_same_noise=true", "algorithm.timestep_fraction=0.7"]
 
 
+@pytest.mark.parametrize("sde_type", ["sde", "dance_sde"])
 def test_dance_grpo_quickstart_raises_the_reward_by_more_than_3_standard_errors(
-    ray_session, tiny_qwen_image_path, tmp_path
+    ray_session, tiny_qwen_image_path, tmp_path, sde_type
 ):
-    """12 seeded quickstart steps with only the `DANCE` overrides: the first update in fp32 has ratio 1 (nothing
-    clipped), and the mean reward of the last 3 steps minus the first 3 (`report.learning_margin`) exceeds +3
-    standard errors. On main it is +30.9 (deterministic: fp32 on the CPU, fixed seeds; FlowGRPO's is +44.4 with every
-    step trained and one noise per image); about 2 minutes on a busy 2-core machine.
+    """12 seeded quickstart steps with only the `DANCE` overrides (and the sampler: FlowGRPO's `sde`, or upstream
+    DanceGRPO's `dance_sde`): the first update in fp32 has ratio 1 (nothing clipped), and the mean reward of the last 3
+    steps minus the first 3 (`report.learning_margin`) exceeds +3 standard errors. On main it is +30.9 with `sde` and
+    +12.6 with `dance_sde` (deterministic: fp32 on the CPU, fixed seeds; FlowGRPO's is +44.4 with every step trained
+    and one noise per image); 1-2 minutes each on a busy 2-core machine.
 
     Mutation run by hand (edited into the code, this test run, then restored), and what this test saw:
 
@@ -36,6 +38,7 @@ def test_dance_grpo_quickstart_raises_the_reward_by_more_than_3_standard_errors(
         tiny_qwen_image_path,
         tmp_path,
         *DANCE,
+        f"actor_rollout_ref.rollout.algo.sde_type={sde_type}",
         "trainer.total_training_steps=12",
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
