@@ -21,15 +21,15 @@ class _Actor:
         self.transports = []
         self.exported = []
 
-    def call(self, method, *args, **kwargs):
-        if method == "exported_weights":  # what the served-weights check compares the servers with
-            self.exported.append(args[0])
-            return [{"kind": "lora", "tensors": {n: t.clone() for n, t in _LORA.items()}}]
-        assert method == "push_weights"
-        version = args[1]
+    # the two methods of the typed actor-group surface (`ActorWorkerAPI`) the weight sync calls, one result per rank
+    def exported_weights(self, dtype=None):  # what the served-weights check compares the servers with
+        self.exported.append(dtype)
+        return [{"kind": "lora", "tensors": {n: t.clone() for n, t in _LORA.items()}}]
+
+    def push_weights(self, targets, version, bucket_bytes, timeout_s, dtype=None, transport="auto"):
         self.pushed.append(version)
-        self.dtypes.append(args[4])
-        self.transports.append(args[5])
+        self.dtypes.append(dtype)
+        self.transports.append(transport)
         served = [version, version if self.serves_pushed else 0]  # what the two servers answered
         return [{"bytes": 8.0, "export_s": 0.0, "send_s": 0.0, "shm_servers": 2.0, "served_versions": served}]
 
