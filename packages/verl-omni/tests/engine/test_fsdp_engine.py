@@ -267,6 +267,12 @@ def test_engine_update_rejects_missing_keys_and_forward_only(make_engine, qwen_t
         frozen.update_policy(batch)
 
 
+def test_engine_update_without_a_group_size_names_rollout_n(make_engine, qwen_trajectory):
+    engine = make_engine(actor={"rollout_n": None})  # a standalone actor config: the trainer would fill it
+    with pytest.raises(ValueError, match=r"actor\.rollout_n: null.*DiffusionActorConfig\(rollout_n="):
+        engine.update_policy(_with_update_keys(qwen_trajectory, qwen_trajectory["log_probs"]))
+
+
 def test_engine_gradient_checkpointing_gives_the_same_update(make_engine, qwen_trajectory):
     grads = []
     for checkpointing in (False, True):

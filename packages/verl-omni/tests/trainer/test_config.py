@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from verl_core.config import ConfigKeyError, ConfigTypeError, ConfigValueError
-from verl_omni.trainer.config import CONFIG_DIR, DiffusionTrainerConfig, load_config
+from verl_omni.trainer.config import CONFIG_DIR, ActorRolloutRefConfig, DiffusionTrainerConfig, load_config
 from verl_omni.trainer.main import EXIT_CONFIG, parse_args, run
 
 
@@ -66,9 +66,20 @@ def test_every_dataclass_field_has_a_yaml_key():
 
 def test_verl_omni_aliases_follow_their_source():
     config = load_config(["actor_rollout_ref.rollout.n=4", "data.train_batch_size=8", "trainer.n_gpus_per_node=1"])
-    assert config.actor_rollout_ref.actor.rollout_n == 4
+    assert config.actor_rollout_ref.actor.rollout_n == config.actor_rollout_ref.ref.rollout_n == 4
     assert config.algorithm.adv_estimator == "flow_grpo"
     assert config.trainer.default_local_dir == "checkpoints/verl_examples/flow_grpo"
+
+
+def test_the_group_size_has_one_home_rollout_n():
+    # YAML: actor/ref.rollout_n are null and follow rollout.n; an explicit agreeing value is accepted
+    config = load_config(["actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.rollout_n=2"])
+    assert config.actor_rollout_ref.actor.rollout_n == config.actor_rollout_ref.ref.rollout_n == 2
+    # Python API: no second default to disagree with
+    arr = ActorRolloutRefConfig(rollout={"n": 4})
+    assert arr.actor.rollout_n == arr.ref.rollout_n == 4
+    with pytest.raises(ConfigValueError, match=r"ref\.rollout_n: 3 differs from actor_rollout_ref\.rollout\.n=4"):
+        ActorRolloutRefConfig(rollout={"n": 4}, ref={"rollout_n": 3})
 
 
 _SEPARATE = [
@@ -93,6 +104,8 @@ _SEPARATE = [
         (["trainer.use_v1=true"], ConfigValueError, r"trainer\.use_v1: expected false .*not implemented"),
         (["actor_rollout_ref.actor.rollout_n=3"], ConfigValueError,
          r"actor_rollout_ref\.actor\.rollout_n: 3 differs from actor_rollout_ref\.rollout\.n=1"),
+        (["actor_rollout_ref.ref.rollout_n=3"], ConfigValueError,
+         r"actor_rollout_ref\.ref\.rollout_n: 3 differs from actor_rollout_ref\.rollout\.n=1"),
         (["data.train_batch_size=3", "trainer.n_gpus_per_node=2"], ConfigValueError,
          r"data\.train_batch_size: 3 prompts .* do not split over 2 actor ranks"),
         (["trainer.resume_mode=resume_path"], ConfigValueError, r"trainer\.resume_from_path: expected a checkpoint"),

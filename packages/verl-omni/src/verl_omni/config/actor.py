@@ -249,7 +249,9 @@ class DiffusionActorConfig(BaseConfig):
 
     Args:
         strategy (`str`): `"fsdp2"` (or `"fsdp"`, which also runs FSDP2).
-        rollout_n (`int`): images per prompt (the group size); mini-batches are counted in prompts.
+        rollout_n (`int`, *optional*): images per prompt (the group size); mini-batches are counted in prompts.
+            Null (the default) follows `actor_rollout_ref.rollout.n`, the one home of the group size: the trainer
+            config fills it and refuses a different value. A standalone engine needs it set.
         ppo_mini_batch_size (`int`): prompts per optimizer step (× `rollout_n` images, over all ranks).
         ppo_micro_batch_size_per_gpu (`int`, *optional*): images per forward/backward on one rank;
             null = the whole local mini-batch.
@@ -269,7 +271,7 @@ class DiffusionActorConfig(BaseConfig):
     """
 
     strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
-    rollout_n: int = 1
+    rollout_n: int | None = None
     ppo_mini_batch_size: int = 256
     ppo_micro_batch_size_per_gpu: int | None = None
     log_prob_micro_batch_size_per_gpu: int | None = None
@@ -285,13 +287,13 @@ class DiffusionActorConfig(BaseConfig):
     fsdp_config: FSDPEngineConfig = dataclasses.field(default_factory=FSDPEngineConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
 
-    _POSITIVE: ClassVar[tuple[str, ...]] = ("rollout_n", "ppo_mini_batch_size", "ppo_epochs")
+    _POSITIVE: ClassVar[tuple[str, ...]] = ("ppo_mini_batch_size", "ppo_epochs")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for key in self._POSITIVE:
             self._require(key, getattr(self, key) >= 1, "an int >= 1")
-        for key in ("ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"):
+        for key in ("rollout_n", "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"):
             value = getattr(self, key)
             self._require(key, value is None or value >= 1, "null or an int >= 1")
         self._require("kl_loss_coef", self.kl_loss_coef >= 0, "a float >= 0")
@@ -305,16 +307,19 @@ class DiffusionActorConfig(BaseConfig):
 
 @dataclasses.dataclass
 class DiffusionRefConfig(BaseConfig):
-    """`actor_rollout_ref.ref.*`: the frozen reference policy (only used for the KL term)."""
+    """`actor_rollout_ref.ref.*`: the frozen reference policy (only used for the KL term).
+
+    `rollout_n` is null by default and follows `actor_rollout_ref.rollout.n` (see `DiffusionActorConfig`).
+    """
 
     strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
-    rollout_n: int = 1
+    rollout_n: int | None = None
     log_prob_micro_batch_size_per_gpu: int | None = None
     fsdp_config: FSDPEngineConfig = dataclasses.field(default_factory=lambda: FSDPEngineConfig(forward_only=True))
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._require("rollout_n", self.rollout_n >= 1, "an int >= 1")
+        self._require("rollout_n", self.rollout_n is None or self.rollout_n >= 1, "null or an int >= 1")
         self._require(
             "log_prob_micro_batch_size_per_gpu",
             self.log_prob_micro_batch_size_per_gpu is None or self.log_prob_micro_batch_size_per_gpu >= 1,

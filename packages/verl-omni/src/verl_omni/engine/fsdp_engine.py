@@ -296,9 +296,20 @@ class DiffusersFSDPEngine:
             )
         return self._updates[trains_on]
 
+    @property
+    def _group_size(self) -> int:
+        """`actor.rollout_n`, images per prompt; the trainer config fills it from `actor_rollout_ref.rollout.n`."""
+        if self.config.rollout_n is None:
+            raise ValueError(
+                "actor.rollout_n: null, but mini-batches are counted in prompts of rollout_n images each; set "
+                "DiffusionActorConfig(rollout_n=<images per prompt>) (the trainer fills it from "
+                "actor_rollout_ref.rollout.n)"
+            )
+        return self.config.rollout_n
+
     def _mini_batches(self, batch: TensorDict, epoch: int) -> list[TensorDict]:
         n = batch.batch_size[0]
-        global_mini = self.config.ppo_mini_batch_size * self.config.rollout_n
+        global_mini = self.config.ppo_mini_batch_size * self._group_size
         if global_mini % self.world_size:
             raise ValueError(
                 f"actor.ppo_mini_batch_size * rollout_n = {global_mini} is not divisible by the world size "
@@ -368,7 +379,7 @@ class DiffusersFSDPEngine:
 
     def _check_on_policy(self, n: int) -> None:
         """Old log-probs may come from the update's own forwards only when every forward sees the old weights."""
-        mini = self.config.ppo_mini_batch_size * self.config.rollout_n // self.world_size
+        mini = self.config.ppo_mini_batch_size * self._group_size // self.world_size
         if self.config.ppo_epochs != 1 or mini < n:
             raise ValueError(
                 "update_policy: batch lacks 'old_log_probs', and the update is not on-policy (actor.ppo_epochs="

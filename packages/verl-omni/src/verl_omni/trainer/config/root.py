@@ -28,6 +28,12 @@ class ActorRolloutRefConfig(BaseConfig):
         hybrid_engine (`bool`, *optional*, defaults to `True`): colocated mode: each actor rank and one rollout
             server share a device (a placement-group bundle); the rollout sleeps while the actor trains.
         nccl_timeout (`int`, *optional*, defaults to `600`): seconds of the actor ranks' process-group timeout.
+
+    `actor.rollout_n` and `ref.rollout_n` follow `rollout.n`: null is filled with it, another value is refused.
+
+    Raises:
+        ConfigValueError: `hybrid_engine: false`, `nccl_timeout <= 0`, or `actor.rollout_n` / `ref.rollout_n`
+            different from `rollout.n` (names both keys).
     """
 
     model: DiffusionModelConfig = dataclasses.field(default_factory=DiffusionModelConfig)
@@ -45,6 +51,18 @@ class ActorRolloutRefConfig(BaseConfig):
             "true (for a rollout on its own pool set trainer.mode=separate; hybrid_engine stays true)",
         )
         self._require("nccl_timeout", self.nccl_timeout > 0, "seconds > 0")
+        n = self.rollout.n  # the one home of the group size; actor/ref.rollout_n follow it
+        for role in ("actor", "ref"):
+            config = getattr(self, role)
+            if config.rollout_n is not None and config.rollout_n != n:
+                raise ConfigValueError(
+                    f"{config.rollout_n} differs from actor_rollout_ref.rollout.n={n}; leave {role}.rollout_n unset "
+                    "(null: it follows rollout.n) or set both to the group size",
+                    key=f"{role}.rollout_n",
+                    owner=type(self).__name__,
+                )
+            if config.rollout_n is None:
+                setattr(self, role, dataclasses.replace(config, rollout_n=n))
 
 
 @dataclasses.dataclass
@@ -61,7 +79,7 @@ class DiffusionTrainerConfig(BaseConfig):
 
     Raises:
         ConfigValueError: keys that disagree with each other (each message names both keys and the way out):
-            `actor.rollout_n` vs `rollout.n`, `model.algorithm` vs `algorithm.adv_estimator`, a loopback
+            `model.algorithm` vs `algorithm.adv_estimator`, a loopback
             `rollout.host` with `trainer.nnodes > 1`, batch sizes that do not split over the actor ranks or into
             mini-batches, an `actor.diffusion_loss.loss_mode` with a `rollout.algo.sde_type` it does not hold for
             or (when it needs the old transition means, `grpo_guard`) with `rollout_correction.bypass_mode=true`; a
@@ -84,12 +102,6 @@ class DiffusionTrainerConfig(BaseConfig):
         super().__post_init__()
         arr = self.actor_rollout_ref
         actor, n = arr.actor, arr.rollout.n
-        _check(
-            actor.rollout_n == n,
-            "actor_rollout_ref.actor.rollout_n",
-            f"{actor.rollout_n} differs from actor_rollout_ref.rollout.n={n}; leave actor.rollout_n unset (it "
-            "follows rollout.n) or set both to the group size",
-        )
         _check(
             arr.model.algorithm == self.algorithm.adv_estimator,
             "algorithm.adv_estimator",
