@@ -49,8 +49,8 @@ class DiffusersFSDPEngine:
     * Backend: gloo on the CPU, NCCL on CUDA; launched by `torchrun` or by Ray workers with the same env vars.
 
     The sampler settings that change the transition density (`sde_type`, `cps_logprob`, `noise_level`, guidance,
-    the schedule) are read from each trajectory (see `DiffusionModelBase.score_step`); `sde_type` / `cps_logprob`
-    given here are only checked against the stored ones (a disagreement is a `ValueError` naming the field).
+    the schedule) are read from each trajectory (see `DiffusionModelBase.score_step`): the rollout recorded them
+    there, and that record is their one source on the training side (nothing passes them to the engine).
 
     Raises:
         LoRABindingError: the LoRA config binds no module.
@@ -65,8 +65,6 @@ class DiffusersFSDPEngine:
         scheduler: Any,
         actor_config: DiffusionActorConfig,
         model_config: DiffusionModelConfig,
-        sde_type: str | None = None,
-        cps_logprob: str | None = None,
         device: str | torch.device | None = None,
         compile_blocks: bool = False,
     ) -> None:
@@ -75,8 +73,6 @@ class DiffusersFSDPEngine:
         self.model_config = model_config
         self.adapter = adapter
         self.scheduler = scheduler
-        self.sde_type = sde_type
-        self.cps_logprob = cps_logprob
         self.forward_only = fsdp.forward_only
         self.global_step = 0
         self._export_buffer: ExportBuffer | None = None
@@ -179,8 +175,6 @@ class DiffusersFSDPEngine:
             self.scheduler,
             micro,
             j,
-            sde_type=self.sde_type,
-            cps_logprob=self.cps_logprob,
             dtype=self.param_dtype,
         )
 

@@ -34,9 +34,7 @@ def update_on_transitions(engine: DiffusersFSDPEngine, batch: TensorDict) -> dic
     loss_mode = engine.config.diffusion_loss.loss_mode
     spec = loss_spec(loss_mode)
     if spec.sde_types is not None:
-        stored = engine.sde_type
-        if stored is None and "sde_type" in batch:
-            stored = setting_name("sde_type", batch["sde_type"][:1])
+        stored = setting_name("sde_type", batch["sde_type"][:1]) if "sde_type" in batch else None
         if stored not in spec.sde_types:
             raise ValueError(
                 f"actor.diffusion_loss.loss_mode={loss_mode!r} holds only for rollout.algo.sde_type in "

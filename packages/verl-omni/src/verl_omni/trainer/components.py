@@ -227,8 +227,6 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
                 rank=rank,
                 world_size=len(slots),
                 device=device,
-                sde_type=actor_rollout_ref.rollout.algo.sde_type,
-                cps_logprob=actor_rollout_ref.rollout.algo.cps_logprob,
                 threads=trainer.cpu_threads_per_worker,
                 nccl_timeout=actor_rollout_ref.nccl_timeout,
             )

@@ -49,7 +49,6 @@ class ActorWorker:
             separate frozen engine (full fine-tuning with `actor.use_kl_loss`).
         rank (`int`), world_size (`int`): this rank and the number of ranks.
         device (`str`): `"cuda"` or `"cpu"`.
-        sde_type (`str`), cps_logprob (`str`): the rollout's SDE settings the log-probs are scored with.
         threads (`int`, *optional*): torch CPU threads.
         nccl_timeout (`int`): seconds of the process-group timeout.
     """
@@ -63,14 +62,11 @@ class ActorWorker:
         rank: int,
         world_size: int,
         device: str,
-        sde_type: str = "sde",
-        cps_logprob: str = "exact",
         threads: int | None = None,
         nccl_timeout: int = 600,
     ) -> None:
         self.model_config, self.actor_config, self.ref_config = model, actor, ref
         self.rank, self.world_size, self.device = rank, world_size, device
-        self.sde_type, self.cps_logprob = sde_type, cps_logprob
         self.nccl_timeout = nccl_timeout
         if threads:
             torch.set_num_threads(threads)
@@ -107,7 +103,7 @@ class ActorWorker:
         )
         device = torch.device("cuda", 0) if self.device == "cuda" else torch.device("cpu")
         ensure_process_group(device, timeout_s=float(self.nccl_timeout))
-        kwargs = {"sde_type": self.sde_type, "cps_logprob": self.cps_logprob, "device": device}
+        kwargs = {"device": device}  # the SDE settings come with each trajectory (`score_step`)
         self.engine = DiffusersFSDPEngine.from_pretrained(
             self.model_config,
             _built_resharding(self.actor_config),
