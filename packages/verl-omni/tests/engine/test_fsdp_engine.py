@@ -36,6 +36,40 @@ def _params(engine):
     return {n: p.detach().full_tensor().clone() for n, p in engine.module.named_parameters()}
 
 
+def _changed(before, after):
+    """Names of the parameters whose values differ between two `_params` snapshots."""
+    return {n for n in before if not torch.equal(before[n], after[n])}
+
+
+def assert_resume_is_bit_identical(make_engine, path, trajectory, ckpt, model):
+    """Two updates straight == one update, save, load into a fresh engine, one more: metrics, weights, AdamW state
+    (the LR schedule warms up over both steps, so a lost scheduler state changes the second update)."""
+    actor = _actor(mini=1, optim={"lr_warmup_steps": 2, "lr_scheduler_type": "cosine", "total_training_steps": 4})
+
+    def train(engine, seed):
+        return engine.update_policy(_with_update_keys(trajectory, trajectory["log_probs"], seed=seed))
+
+    straight = make_engine(path=path, actor=actor, model=model)
+    train(straight, 0)
+    want_metrics = train(straight, 1)
+    first = make_engine(path=path, actor=actor, model=model)
+    train(first, 0)
+    first.save_checkpoint(ckpt)
+    del first
+    resumed = make_engine(path=path, actor=actor, model=model)
+    assert resumed.load_checkpoint(ckpt) == 2
+    assert train(resumed, 1) == want_metrics
+    got, want = _params(resumed), _params(straight)
+    assert got.keys() == want.keys() and not _changed(want, got)
+    got_opt, want_opt = resumed.optimizer.state_dict()["state"], straight.optimizer.state_dict()["state"]
+    for key, state in want_opt.items():
+        for field, value in state.items():
+            value = value.full_tensor() if hasattr(value, "full_tensor") else value
+            other = got_opt[key][field]
+            other = other.full_tensor() if hasattr(other, "full_tensor") else other
+            assert torch.equal(torch.as_tensor(other), torch.as_tensor(value)), (key, field)
+
+
 def _grads(engine):
     return {n: p.grad.full_tensor().clone() for n, p in engine.module.named_parameters() if p.grad is not None}
 

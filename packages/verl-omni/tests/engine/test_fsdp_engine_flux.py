@@ -9,7 +9,7 @@ import torch
 from verl_omni.algos import loss_spec, registered_losses
 
 from .conftest import sample_trajectory
-from .test_fsdp_engine import _actor, _params, _with_update_keys
+from .test_fsdp_engine import _actor, _changed, _params, _with_update_keys, assert_resume_is_bit_identical
 
 GUIDANCE = 3.5
 
@@ -17,10 +17,6 @@ GUIDANCE = 3.5
 @pytest.fixture(scope="module")
 def flux_trajectory(tiny_flux_pipe):
     return sample_trajectory(tiny_flux_pipe, guidance_scale=GUIDANCE)
-
-
-def _changed(before, after):
-    return {n for n in before if not torch.equal(before[n], after[n])}
 
 
 def test_flux_full_update_shards_and_trains_double_and_single_blocks(make_engine, tiny_flux_path, flux_trajectory):
@@ -45,37 +41,7 @@ def test_flux_lora_update_trains_only_lora_in_both_block_lists(make_engine, tiny
 
 @pytest.mark.parametrize("model", [{"lora_rank": 4, "lora_alpha": 8}, {}], ids=["lora", "full"])
 def test_flux_checkpoint_resume_is_bit_identical(make_engine, tiny_flux_path, flux_trajectory, tmp_path, model):
-    """Two updates straight == one update, save, load into a fresh engine, one more: weights, AdamW state, LR."""
-    actor = _actor(mini=1, optim={"lr_warmup_steps": 2, "lr_scheduler_type": "cosine", "total_training_steps": 4})
-    model = {**model}
-
-    def train(engine, seed):
-        batch = flux_trajectory.clone()
-        batch["old_log_probs"] = flux_trajectory["log_probs"]
-        batch["advantages"] = torch.randn(batch.batch_size[0], generator=torch.Generator().manual_seed(seed))
-        return engine.update_policy(batch)
-
-    straight = make_engine(path=tiny_flux_path, actor=actor, model=model)
-    train(straight, 0)
-    want_metrics = train(straight, 1)
-    first = make_engine(path=tiny_flux_path, actor=actor, model=model)
-    train(first, 0)
-    first.save_checkpoint(tmp_path / "ckpt")
-    del first
-    resumed = make_engine(path=tiny_flux_path, actor=actor, model=model)
-    assert resumed.load_checkpoint(tmp_path / "ckpt") == 2
-    assert train(resumed, 1) == want_metrics
-    got, want = _params(resumed), _params(straight)
-    assert got.keys() == want.keys()
-    for name in want:
-        assert torch.equal(got[name], want[name]), name
-    got_opt, want_opt = resumed.optimizer.state_dict()["state"], straight.optimizer.state_dict()["state"]
-    for key, state in want_opt.items():
-        for field, value in state.items():
-            value = value.full_tensor() if hasattr(value, "full_tensor") else value
-            other = got_opt[key][field]
-            other = other.full_tensor() if hasattr(other, "full_tensor") else other
-            assert torch.equal(torch.as_tensor(other), torch.as_tensor(value)), (key, field)
+    assert_resume_is_bit_identical(make_engine, tiny_flux_path, flux_trajectory, tmp_path / "ckpt", model)
 
 
 @pytest.mark.parametrize("loss_mode", registered_losses())

@@ -8,7 +8,7 @@ import torch
 
 from verl_omni.pipelines import DiffusionSamplingConfig, WanPipelineWithLogProb, sample_with_logprob
 
-from .test_fsdp_engine import _actor, _params, _with_update_keys
+from .test_fsdp_engine import _actor, _changed, _params, _with_update_keys, assert_resume_is_bit_identical
 
 SAMPLING = {"n": 2, "num_inference_steps": 4, "height": 32, "width": 32, "num_frames": 5, "max_sequence_length": 32,
             "sde_window_size": 2, "guidance_scale": 4.0, "seed": 0}  # fmt: skip
@@ -24,10 +24,6 @@ def wan_trajectory(tiny_wan_path):
         out = sample_with_logprob(pipe, pipe.adapter, pipe.sde_scheduler, prompts, config, decode=False)
     assert out.trajectory["latents"].shape == (4, 3, 16, 2, 4, 4)
     return out.trajectory
-
-
-def _changed(before, after):
-    return {n for n in before if not torch.equal(before[n], after[n])}
 
 
 def test_wan_engine_shards_each_block_by_the_adapter_default_and_a_config_value_wins(make_engine, tiny_wan_path,
@@ -65,24 +61,7 @@ def test_wan_lora_update_reproduces_the_rollout_and_trains_only_lora(make_engine
 
 @pytest.mark.parametrize("model", [{"lora_rank": 4, "lora_alpha": 8}, {}], ids=["lora", "full"])
 def test_wan_checkpoint_resume_is_bit_identical(make_engine, tiny_wan_path, wan_trajectory, tmp_path, model):
-    """Two updates straight == one update, save, load into a fresh engine, one more: weights and metrics."""
-    actor = _actor(mini=1, optim={"lr_warmup_steps": 2, "lr_scheduler_type": "cosine", "total_training_steps": 4})
-
-    def train(engine, seed):
-        return engine.update_policy(_with_update_keys(wan_trajectory, wan_trajectory["log_probs"], seed=seed))
-
-    straight = make_engine(path=tiny_wan_path, actor=actor, model=model)
-    train(straight, 0)
-    want_metrics = train(straight, 1)
-    first = make_engine(path=tiny_wan_path, actor=actor, model=model)
-    train(first, 0)
-    first.save_checkpoint(tmp_path / "ckpt")
-    del first
-    resumed = make_engine(path=tiny_wan_path, actor=actor, model=model)
-    assert resumed.load_checkpoint(tmp_path / "ckpt") == 2
-    assert train(resumed, 1) == want_metrics
-    got, want = _params(resumed), _params(straight)
-    assert got.keys() == want.keys() and all(torch.equal(got[n], want[n]) for n in want)
+    assert_resume_is_bit_identical(make_engine, tiny_wan_path, wan_trajectory, tmp_path / "ckpt", model)
 
 
 def test_wan_update_raises_the_log_prob_of_positive_advantages(make_engine, tiny_wan_path, wan_trajectory):
