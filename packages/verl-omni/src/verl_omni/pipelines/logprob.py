@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import torch
 from diffusers import FluxPipeline, QwenImagePipeline, StableDiffusion3Pipeline, WanPipeline
 
+from verl_core.registry import Registry
 from verl_omni.models.base import DiffusionModelBase
 from verl_omni.models.flux import FluxAdapter
 from verl_omni.models.qwen_image import QwenImageAdapter
@@ -19,6 +20,7 @@ from verl_omni.pipelines.sampling import LogProbPipelineOutput, sample_with_logp
 from verl_omni.schedulers.flow_match_sde import FlowMatchSDEDiscreteScheduler
 
 __all__ = [
+    "LOGPROB_PIPELINES",
     "FluxPipelineWithLogProb",
     "LogProbPipelineMixin",
     "QwenImagePipelineWithLogProb",
@@ -116,3 +118,16 @@ class WanPipelineWithLogProb(LogProbPipelineMixin, WanPipeline):
             cached = self.adapter.build_scheduler()
             self.__dict__["_verl_sde_scheduler"] = cached
         return cached
+
+
+LOGPROB_PIPELINES: Registry[type] = Registry(
+    "log-prob pipeline",
+    key="model name",
+    entries={
+        "qwen_image": QwenImagePipelineWithLogProb,
+        "sd3": StableDiffusion3PipelineWithLogProb,
+        "flux": FluxPipelineWithLogProb,
+        "wan": WanPipelineWithLogProb,
+    },
+)
+"""Log-prob pipeline class per registered adapter name (`LOGPROB_PIPELINES.add(name, cls)` adds one)."""

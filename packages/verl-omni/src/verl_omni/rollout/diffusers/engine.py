@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDict
 
 from verl_omni.models.base import get_class
-from verl_omni.pipelines import LOGPROB_PIPELINES, DiffusionSamplingConfig
+from verl_omni.pipelines import DiffusionSamplingConfig
 from verl_omni.pipelines.load import load_pipeline
 from verl_omni.rollout.diffusers.host_offload import HostOffload
 from verl_omni.rollout.diffusers.staging import staged_to_device
@@ -104,6 +104,8 @@ class DiffusersRolloutEngine:
         self.model_path = pathlib.Path(model_path)
         class_name = json.loads((self.model_path / "model_index.json").read_text())["_class_name"]
         adapter_cls = get_class(class_name, external_lib)
+        from verl_omni.pipelines import LOGPROB_PIPELINES  # diffusers' pipelines load with the first engine
+
         pipeline_cls = LOGPROB_PIPELINES.get(adapter_cls.name)
         self.device = torch.device(device)
         self.pipeline = load_pipeline(pipeline_cls, self.model_path, dtype).to(self.device)
