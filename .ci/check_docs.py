@@ -117,10 +117,13 @@ def _index_module(index: Index, module: str, path: Path) -> None:
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             names.add(node.name)
             index.all_names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Assign):  # module-level aliases and constants are definitions too
+            assigned = {t.id for t in node.targets if isinstance(t, ast.Name)}
+            names.update(assigned)
+            index.all_names.update(n for n in assigned if not n.startswith("_"))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
+            index.all_names.add(node.target.id)
         elif isinstance(node, ast.ImportFrom | ast.Import):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.If | ast.Try):  # names bound under `if TYPE_CHECKING:` / try-import
