@@ -7,12 +7,14 @@ import dataclasses
 import difflib
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from verl_core.config.errors import ConfigKeyError, ConfigValueError
 from verl_core.config.typecheck import coerce_value
 
 __all__ = ["BaseConfig"]
+
+_Config = TypeVar("_Config", bound="BaseConfig")
 
 
 class _FreezeAfterInit(abc.ABCMeta):
@@ -89,7 +91,7 @@ class BaseConfig(Mapping, metaclass=_FreezeAfterInit):
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot delete {type(self).__name__}.{name}")
 
-    def evolve(self, **changes: Any) -> BaseConfig:
+    def evolve(self: _Config, **changes: Any) -> _Config:
         """Return a copy with `changes` applied and validated again (same as `dataclasses.replace`)."""
         return dataclasses.replace(self, **changes)
 

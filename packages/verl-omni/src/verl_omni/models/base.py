@@ -128,6 +128,11 @@ class DiffusionModelBase(abc.ABC):
         """Take the component configs of a loaded pipeline."""
         return cls(dict(pipe.transformer.config), dict(pipe.vae.config), dict(pipe.scheduler.config))
 
+    @property
+    def vae_scale_factor(self) -> int:
+        """Pixels per latent cell along each spatial axis; each model that has a VAE defines it."""
+        raise AttributeError(f"{type(self).__name__} defines no vae_scale_factor")
+
     def build_scheduler(self) -> FlowMatchSDEDiscreteScheduler:
         """A `FlowMatchSDEDiscreteScheduler` with this pipeline's schedule settings."""
         return FlowMatchSDEDiscreteScheduler.from_config(self.scheduler_config)

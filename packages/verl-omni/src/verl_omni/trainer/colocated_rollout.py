@@ -166,6 +166,8 @@ class ColocatedRollout:
     def server_metrics(self) -> dict[int, dict[str, Any]]:
         """Server rank -> its `/metrics` snapshot (counters such as `sleeps`, `weight_updates`, `images_generated`)."""
         router = self.replica.router
+        if router is None:
+            raise RolloutServiceError("rollout servers are not running (no router); cannot read their /metrics")
         return self._broadcast(router.broadcast("metrics"), "metrics", self.config.lifecycle_timeout_s)
 
     def served_weights(self, names: list[str], kind: str) -> dict[int, dict[str, Any] | BaseException] | None:
@@ -236,7 +238,7 @@ class ColocatedRollout:
         """Run `coro` on the loop thread within `timeout` (+ a grace); map every failure to `RolloutServiceError`."""
         if self._loop.is_closed():
             raise RolloutServiceError(f"rollout servers are shut down; cannot {what}")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
         try:
             result = future.result(timeout + _GRACE_S)
         except concurrent.futures.TimeoutError:

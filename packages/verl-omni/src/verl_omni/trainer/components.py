@@ -282,7 +282,8 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
     def relaunch_rollout() -> ColocatedRollout:
         """Shut the rollout servers down and launch them again on the same bundles (base weights)."""
         nonlocal rollout
-        rollout.shutdown()
+        if rollout is not None:  # always set once the components exist
+            rollout.shutdown()
         rollout = launch_rollout()
         return rollout
 

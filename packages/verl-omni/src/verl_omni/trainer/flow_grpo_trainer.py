@@ -160,9 +160,9 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
 
         c, trainer = self._components(), self.config.trainer
         if self.step == 0 and (trainer.val_before_train or trainer.val_only):
-            metrics = self.validate()
-            if metrics:
-                c.tracker.log(metrics, 0)
+            val_metrics = self.validate()
+            if val_metrics:
+                c.tracker.log(val_metrics, 0)
         if trainer.val_only:
             return self.history
         progress = tqdm(total=c.total_steps, initial=self.step, desc=self.loss_mode, unit="step", dynamic_ncols=True)

@@ -7,7 +7,7 @@ methods (no inheritance needed). The actor ranks are Ray workers: the trainer ho
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -43,7 +43,11 @@ class RolloutService(Protocol):
     """The rollout servers: sampling with log-probs, sleep/wake, where weights go."""
 
     def generate(
-        self, records: Sequence[Any], sampling: DiffusionSamplingConfig, seed: int, **kwargs: Any
+        self,
+        records: Sequence[Any],
+        sampling: DiffusionSamplingConfig,
+        seed: int,
+        on_request_done: Callable[[int, int, TensorDict], None] | None = None,
     ) -> TensorDict:
         """`sampling.n` trajectories per record, prompt-major, with `prompt_index`, `weight_version`, `server_rank`.
 

@@ -198,7 +198,7 @@ class RewardModelService:
         """Run `coro` on the loop thread within `timeout` (+ a grace); map every failure to `RewardModelError`."""
         if self._loop.is_closed():
             raise RewardModelError(f"reward model servers are shut down; cannot {what}")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
         try:
             return future.result(timeout + _GRACE_S)
         except concurrent.futures.TimeoutError:

@@ -155,7 +155,11 @@ class SeparateRollout:
         try:
             while not self._stop.is_set():
                 index = self.next_batch
-                if not self._wait(lambda i=index: self._paused == 0 and i - 1 - self.version <= self.threshold):
+
+                def ready(i: int = index) -> bool:
+                    return self._paused == 0 and i - 1 - self.version <= self.threshold
+
+                if not self._wait(ready):
                     return
                 self._rewind = self.prompts.state_dict()
                 records = self.prompts.next_batch()

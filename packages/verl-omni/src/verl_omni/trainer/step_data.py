@@ -10,7 +10,7 @@ resumed run draws the same.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict
@@ -69,7 +69,7 @@ class StepDataMixin:
             strategy=algo.sample_strategy,
             iters_per_group=algo.iters_per_group,
         )
-        return sampling, sampling.sde_window_range[0]
+        return sampling, cast(list[int], sampling.sde_window_range)[0]  # `pin_sde_window` always sets it
 
     def _plan(self: Any, step: int) -> tuple[DiffusionSamplingConfig, int, int]:
         """Step `step`'s sampling config, SDE window start and request seed (separate mode's producer draws them)."""

@@ -210,13 +210,16 @@ class ActorWorker:
             self.close_weight_segment()
             self._pusher = WeightPusher(transport)
         # on the GPU for CUDA IPC (rank 0, a server on this host) or to be dropped (other ranks): no host hop
-        on_gpu = self.device == "cuda" and (self.rank != 0 or self._pusher.wants_device_tensors(targets))
+        pusher = self._pusher  # set above on rank 0; None on the other ranks
+        on_gpu = self.device == "cuda" and (
+            self.rank != 0 or (pusher is not None and pusher.wants_device_tensors(targets))
+        )
         start = time.perf_counter()
         weights = self.engine.export_weights(
             dtype=getattr(torch, dtype) if dtype else None, device="cuda" if on_gpu else "cpu"
         )
         export_s = time.perf_counter() - start
-        if self.rank != 0:
+        if self.rank != 0 or pusher is None:
             return {
                 "bytes": 0.0,
                 "export_s": export_s,
@@ -228,7 +231,7 @@ class ActorWorker:
         peft_config = self._peft_config() if self.engine.use_lora else None
         size = float(sum(t.numel() * t.element_size() for t in weights.values()))
         start = time.perf_counter()
-        sent = self._pusher.push(
+        sent = pusher.push(
             targets, weights, version=version, peft_config=peft_config, bucket_bytes=bucket_bytes, timeout_s=timeout_s
         )
         return {"bytes": size, "export_s": export_s, "send_s": time.perf_counter() - start, **sent}

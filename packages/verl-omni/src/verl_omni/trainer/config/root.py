@@ -345,8 +345,9 @@ class DiffusionTrainerConfig(BaseConfig):
         train_batch_size`.
         """
         actor, world = self.actor_rollout_ref.actor, self.trainer.world_size
-        local_batch = self.data.train_batch_size * actor.rollout_n // world
-        local_mini = actor.ppo_mini_batch_size * actor.rollout_n // world
+        n = self.actor_rollout_ref.rollout.n  # `actor.rollout_n` follows it (checked in `__post_init__`)
+        local_batch = self.data.train_batch_size * n // world
+        local_mini = actor.ppo_mini_batch_size * n // world
         return actor.ppo_epochs == 1 and local_mini >= local_batch
 
     @property
