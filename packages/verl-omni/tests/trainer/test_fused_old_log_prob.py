@@ -21,9 +21,11 @@ def quickstart() -> DiffusionTrainerConfig:
 
 def _variant(base: DiffusionTrainerConfig, *, world: int, prompts: int, mini: int, epochs: int, n: int = 2):
     arr = base.actor_rollout_ref
-    actor = arr.actor.evolve(rollout_n=n, ppo_mini_batch_size=mini, ppo_epochs=epochs)
+    # rollout.n is the group size's one home: actor/ref.rollout_n unset (None) are filled from it again
+    actor = arr.actor.evolve(rollout_n=None, ppo_mini_batch_size=mini, ppo_epochs=epochs)
+    ref = arr.ref.evolve(rollout_n=None)
     return base.evolve(
-        actor_rollout_ref=arr.evolve(actor=actor, rollout=arr.rollout.evolve(n=n)),
+        actor_rollout_ref=arr.evolve(actor=actor, ref=ref, rollout=arr.rollout.evolve(n=n)),
         data=base.data.evolve(train_batch_size=prompts),
         trainer=base.trainer.evolve(n_gpus_per_node=world),
     )
@@ -33,7 +35,8 @@ def _engine_accepts_no_old_log_probs(config: DiffusionTrainerConfig) -> bool:
     """Ask the engine's own check (on a stand-in holding only what it reads) whether the update is on-policy."""
     world = config.trainer.world_size
     local = config.data.train_batch_size * config.actor_rollout_ref.rollout.n // world
-    stand_in = types.SimpleNamespace(config=config.actor_rollout_ref.actor, world_size=world)
+    actor = config.actor_rollout_ref.actor
+    stand_in = types.SimpleNamespace(config=actor, world_size=world, _group_size=actor.rollout_n)
     try:
         DiffusersFSDPEngine._check_on_policy(stand_in, local)
     except ValueError:
