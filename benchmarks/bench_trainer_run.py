@@ -14,8 +14,10 @@ Workload fields (`trainer_workload_parts.Workload`) -> overrides of the `diffusi
                                                       max_sequence_length
     n, 2 prompts                                   -> rollout.n, data.train_batch_size=2 (a jsonl of PROMPTS),
                                                       actor.ppo_mini_batch_size=2 (one optimizer step per step)
-    guidance                                       -> rollout.pipeline.guidance_scale (SD3) / true_cfg_scale
-                                                      (Qwen-Image); training scores with the trajectory's CFG
+    guidance                                       -> rollout.pipeline.guidance_scale (SD3, Wan: CFG; FLUX: the
+                                                      distilled guidance) / true_cfg_scale (Qwen-Image); training
+                                                      scores with the trajectory's CFG
+    frames (Wan videos; 1 = images)                -> rollout.pipeline.num_frames
     noise_level, window (0 = all but the last)     -> rollout.algo.noise_level, rollout.algo.sde_window_size
     lora_rank, lora_alpha, lora_targets(w)         -> model.lora_rank / lora_alpha / target_modules (gaussian init)
     kl_beta                                        -> actor.use_kl_loss=true, actor.kl_loss_coef (LoRA: the
@@ -25,10 +27,10 @@ Workload fields (`trainer_workload_parts.Workload`) -> overrides of the `diffusi
     bf16 (cuda) / fp32 (cpu)                       -> actor/ref fsdp_config.dtype, rollout.dtype
     jpeg reward                                    -> data_source jpeg_compressibility, reward.pool=thread
 
-Not mapped one to one: the micro-batch (ProjectLoop's min(16, images) per forward is set as
-`actor.ppo_micro_batch_size_per_gpu`); the old log-probs follow the trainer's default (fused into the on-policy
-update, = ProjectLoop's `fused`); the reward runs on 2 threads of the driver instead of inline; the rollout's
-per-step SDE window start is the trainer's `pin_sde_window` draw (workload B) rather than the sampler default.
+Not mapped one to one: the micro-batch (ProjectLoop's min(16, images) per forward, min(micro_batch, images)
+here, is set as `actor.ppo_micro_batch_size_per_gpu`); the old log-probs follow the trainer's default (fused into
+the on-policy update, = ProjectLoop's `fused`); the reward runs on 2 threads of the driver instead of inline; the
+rollout's per-step SDE window start is the trainer's `pin_sde_window` draw (workload B) rather than the sampler default.
 
 Timing keys the trainer logs (`timing_s/*`, each a wall-clock span in the driver): `gen`, `rollout_sleep`,
 `reward`, `adv`, `old_log_prob` (absent when fused), `ref`, `update_actor`, `update_weights` (= the rollout's
@@ -41,6 +43,8 @@ mean per request of the client round trip minus the server's latency, i.e. traje
     python benchmarks/bench_trainer_run.py --preset tiny --device cpu --steps 2 --warmup 1          # CPU, a minute
     python benchmarks/bench_trainer_run.py --preset a --variants compile,compile+2gpu --skip-baseline   # 2 GPUs
     python benchmarks/bench_trainer_run.py --preset a --variants default,nocfg,nft,dpo --skip-baseline   # algorithms
+    python benchmarks/bench_trainer_run.py --preset flux --variants default --skip-baseline   # FLUX.1 / wan (issue 33)
+    python benchmarks/bench_trainer_run.py --preset tiny-wan --device cpu                    # their CPU variants
 """
 
 from __future__ import annotations
@@ -141,7 +145,7 @@ def workload_overrides(w: Workload, folder: pathlib.Path, prompts: pathlib.Path,
     """The `diffusion_trainer` overrides of workload `w` (see the module docstring for the mapping)."""
     images = len(PROMPTS) * w.n
     targets = ",".join(f"'{t}'" for t in lora_targets(w))
-    cfg_key = "guidance_scale" if w.model == "sd3" else "true_cfg_scale"
+    cfg_key = "true_cfg_scale" if w.model == "qwen_image" else "guidance_scale"  # FLUX: the distilled guidance
     arr = "actor_rollout_ref"
     return [
         f"{arr}.model.path={folder}",
@@ -151,7 +155,7 @@ def workload_overrides(w: Workload, folder: pathlib.Path, prompts: pathlib.Path,
         f"{arr}.model.lora_init_weights=gaussian",
         f"{arr}.model.enable_gradient_checkpointing=false",
         f"{arr}.actor.ppo_mini_batch_size={len(PROMPTS)}",
-        f"{arr}.actor.ppo_micro_batch_size_per_gpu={min(16, images)}",
+        f"{arr}.actor.ppo_micro_batch_size_per_gpu={min(w.micro_batch, images)}",
         f"{arr}.actor.use_kl_loss=true",
         f"{arr}.actor.kl_loss_coef={w.kl_beta}",
         f"{arr}.actor.diffusion_loss.clip_ratio={w.clip_ratio}",
@@ -165,6 +169,7 @@ def workload_overrides(w: Workload, folder: pathlib.Path, prompts: pathlib.Path,
         f"{arr}.rollout.pipeline.height={w.height}",
         f"{arr}.rollout.pipeline.width={w.width}",
         f"{arr}.rollout.pipeline.num_inference_steps={w.steps}",
+        f"{arr}.rollout.pipeline.num_frames={w.frames}",
         f"{arr}.rollout.pipeline.max_sequence_length={w.text_len}",
         f"{arr}.rollout.pipeline.{cfg_key}={w.guidance}",
         f"{arr}.rollout.algo.noise_level={w.noise_level}",
@@ -189,9 +194,9 @@ def workload_overrides(w: Workload, folder: pathlib.Path, prompts: pathlib.Path,
 
 def write_prompts(w: Workload, path: pathlib.Path, copies: int = 1) -> pathlib.Path:
     """The two benchmark prompts as jsonl, `copies` times in order (a step of `k` copies on `k` devices), routed to
-    the jpeg reward (SD3: empty negative prompt, as flow_grpo)."""
+    the jpeg reward (SD3 as flow_grpo, and Wan's CFG: empty negative prompt)."""
     rows = [{"prompt": p, "data_source": "jpeg_compressibility"} for p in PROMPTS] * copies
-    if w.model == "sd3":
+    if w.model in ("sd3", "wan"):
         rows = [dict(r, negative_prompt="") for r in rows]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_suite.sh PHASE [PHASE ...]
 # Phases: env, tests, vllm, vllm-trainer, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
 #         trainer, trainer-run (= trainer-run-a trainer-run-b), trainer-run-algos, trainer-run-algos-sde,
-#         trainer-run-scaling (needs 2 GPUs), lora-sync, trainer-run-defaults, profile-b, growth-a, growth-b.
+#         trainer-run-scaling (needs 2 GPUs), lora-sync, trainer-run-defaults, profile-b, growth-a, growth-b,
+#         models-sampling, models-trainer.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
@@ -42,6 +43,16 @@
 #            recipe's reward model on vLLM in the trainer (colocated; own pool with 2 GPUs), bench_chat.py on vLLM
 #            (needs the vLLM bundle)
 #   trainer-run-vllm: workload A with the diffusers rollout and with vllm_omni in one command (needs the vLLM bundle)
+#   models-sampling (issue 33): bench_logprob_pipeline.py on the `flux` and `wan` presets of trainer_workload_parts.py
+#            (log-prob sampling vs the stock __call__, target >= 0.95). Estimate: FLUX 3.3e12 FLOPs per image forward
+#            (verl_omni.models.flops: 2.5 B, 1024 + 128 tokens) x 8 images x 10 steps = 2.7e14 per call, 12 calls
+#            (2 warm-up + 2 x 5) = 3.2e15, 8 s at 400 TFLOP/s; Wan 7.2e13 per video forward (1.4 B, 14 040 tokens; by hand: flops.py has no Wan formula) x 4 videos x 10 steps x 2 (CFG) =
+#            5.7e15 per call, 12 calls = 6.9e16, 172 s; plus building the folders (~1 min): about 5 min in one call.
+#   models-trainer (issue 33): bench_trainer_run.py `--preset flux` (2 warm-up + 3 steps) then `--preset wan` (1 + 2),
+#            `default` variant, no baseline. Estimate: FLUX 16 images x (10 gen + 9 ref + 27 update) forwards x 3.3e12
+#            = 2.5e15 per step, 6 s at 400 TFLOP/s, 5 steps 31 s; Wan 8 videos x 2 (CFG) x (10 gen + 2 ref + 6 update)
+#            x 7.2e13 = 2.1e16 per step, 52 s, 3 steps 155 s; with folder builds, Ray start and compilation (~2 min
+#            each) about 8 min: one 10-minute call (timeouts 230 s + 340 s).
 #   lora-sync: bench_lora_sync.py on workloads A and B (push over shm / HTTP, from a second process shm vs CUDA IPC, the engine's update vs per-tensor
 #            copies, merge vs peft, sleep / wake after a LoRA update vs full copies)
 # Logs and benchmark outputs go to $OUT (or benchmarks/results when $OUT is unset).
@@ -66,6 +77,16 @@ for phase in "$@"; do
              packages/verl-core/tests packages/verl-omni/tests ;;
     sampling) CUDA_VISIBLE_DEVICES=0 run bench-sampling-qwen python3 benchmarks/bench_logprob_pipeline.py \
                 --device cuda --preset mid --chart "$out/bench_logprob_pipeline.png" ;;
+    models-sampling) for preset in flux wan; do
+                       CUDA_VISIBLE_DEVICES=0 run bench-sampling-$preset timeout 280 python3 benchmarks/bench_logprob_pipeline.py \
+                         --device cuda --preset $preset --chart "$out/bench_logprob_pipeline_$preset.png"
+                     done ;;
+    models-trainer) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-flux timeout 230 python3 benchmarks/bench_trainer_run.py \
+                      --device cuda --preset flux --variants "${RUN_FLUX_VARIANTS:-default}" --skip-baseline --warmup 2 --steps 3 \
+                      --out "$out/models"
+                    CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-wan timeout 340 python3 benchmarks/bench_trainer_run.py \
+                      --device cuda --preset wan --variants "${RUN_WAN_VARIANTS:-default}" --skip-baseline --warmup 1 --steps 2 \
+                      --out "$out/models" ;;
     core) CUDA_VISIBLE_DEVICES=0 run bench-server python3 benchmarks/bench_rollout_server.py --device cuda
           CUDA_VISIBLE_DEVICES=0 run bench-weight-sync python3 benchmarks/bench_weight_sync.py --device cuda ;;
     rollout) CUDA_VISIBLE_DEVICES=0 run bench-diffusion-server python3 benchmarks/bench_diffusion_server.py \

@@ -40,8 +40,12 @@ class Workload:
     kl_beta: float = 0.04
     clip_ratio: float = 1e-4
     lr: float = 3e-4
-    model: str = "sd3"  # or "qwen_image" (project only: the flow_grpo-style baseline is SD3's loop)
+    model: str = "sd3"  # or "qwen_image", "flux", "wan" (project only: the flow_grpo-style baseline is SD3's loop)
     window: int = 0  # trained SDE steps; 0 = every step but the last
+    single_layers: int = 0  # FLUX: single-stream blocks (`layers` = double-stream blocks)
+    frames: int = 1  # Wan: frames per video (4k + 1)
+    ffn_dim: int = 0  # Wan: feed-forward width (0 = 2 x heads x head_dim)
+    micro_batch: int = 16  # samples per forward in the update (`actor.ppo_micro_batch_size_per_gpu`, at most)
 
 
 PRESETS = {
@@ -68,6 +72,32 @@ PRESETS = {
     ),
     "tiny": Workload(2, 2, 32, 64, (32, 64), 64, 64, 3, 2, 16),
     "tiny-qwen": Workload(2, 2, 32, 64, (0, 0), 64, 64, 3, 2, 16, guidance=1.0, model="qwen_image", window=2),
+    # issue 33, random weights at a realistic width (text encoders and VAEs stay tiny, as in every preset):
+    # FLUX.1-dev's block shapes (24 heads x 128 = 3072, MLP 4x, guidance-distilled, one forward per step) with 4 of
+    # its 19 double-stream and 8 of its 38 single-stream blocks (2.5 B parameters), 512², 16 images per step
+    "flux": Workload(4, 24, 128, 64, (0, 0), 512, 512, 10, 8, 128, guidance=3.5, model="flux", single_layers=8),
+    # Wan 2.1 1.3B's transformer whole (30 blocks, 12 heads x 128 = 1536, FFN 8960), 33-frame 480x832 videos
+    # (9 latent frames, 14 040 tokens), CFG 5 (two forwards), 8 videos per step, SDE window 2, one video per forward
+    "wan": Workload(
+        30,
+        12,
+        128,
+        32,
+        (0, 0),
+        480,
+        832,
+        10,
+        4,
+        128,
+        guidance=5.0,
+        model="wan",
+        window=2,
+        frames=33,
+        ffn_dim=8960,
+        micro_batch=1,
+    ),
+    "tiny-flux": Workload(2, 2, 32, 64, (0, 0), 64, 64, 3, 2, 16, guidance=3.5, model="flux", single_layers=2),
+    "tiny-wan": Workload(2, 2, 32, 32, (0, 0), 64, 64, 3, 2, 16, guidance=5.0, model="wan", window=2, frames=5),
 }
 # the 12 LoRA targets of the verl-omni Qwen-Image recipe (as bench_fsdp_engine.py)
 QWEN_LORA_TARGETS = [
@@ -76,8 +106,16 @@ QWEN_LORA_TARGETS = [
 ]  # fmt: skip
 
 
+# FLUX: the attention projections of both block kinds (single-stream blocks have no `to_out` / `add_*`); Wan: self-
+# and cross-attention projections and the FFN
+FLUX_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
+WAN_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]
+
+
 def lora_targets(w: Workload) -> list[str]:
-    return FLOW_GRPO_LORA_TARGETS if w.model == "sd3" else QWEN_LORA_TARGETS
+    targets = {"sd3": FLOW_GRPO_LORA_TARGETS, "qwen_image": QWEN_LORA_TARGETS, "flux": FLUX_LORA_TARGETS,
+               "wan": WAN_LORA_TARGETS}  # fmt: skip
+    return targets[w.model]
 
 
 # ---- the random pipeline folder ----------------------------------------------------------------------------
@@ -93,7 +131,49 @@ def build_pipeline_folder(w: Workload, out: pathlib.Path, dtype: torch.dtype) ->
         pipe.to(dtype=dtype)
         pipe.save_pretrained(out, safe_serialization=True)
         return out
+    if w.model in ("flux", "wan"):
+        pipe = _build_flux(w) if w.model == "flux" else _build_wan(w)
+        pipe.to(dtype=dtype)
+        pipe.save_pretrained(out, safe_serialization=True)
+        return out
     return _build_sd3_folder(w, out, dtype)
+
+
+def _build_flux(w: Workload) -> Any:
+    """The test builder's FLUX.1 (tiny CLIP / T5 / VAE) with a transformer of `w`'s blocks at its head shape."""
+    from diffusers import FluxTransformer2DModel
+
+    from verl_omni.testing.tiny import TinyPreset, _build_flux
+
+    pipe = _build_flux(TinyPreset(1, 1, 32, (8, 12, 12)), seed=0)
+    c = pipe.transformer.config
+    third = 2 * (w.head_dim // 6)  # FLUX.1: (16, 56, 56) for head_dim 128
+    torch.manual_seed(1)
+    pipe.transformer = FluxTransformer2DModel(
+        patch_size=1, in_channels=64, num_layers=w.layers, num_single_layers=w.single_layers,
+        attention_head_dim=w.head_dim, num_attention_heads=w.heads, joint_attention_dim=c.joint_attention_dim,
+        pooled_projection_dim=c.pooled_projection_dim, guidance_embeds=True,
+        axes_dims_rope=(w.head_dim - 2 * third, third, third),
+    )  # fmt: skip
+    return pipe
+
+
+def _build_wan(w: Workload) -> Any:
+    """The test builder's Wan 2.1 (tiny UMT5 / video VAE) with a transformer of `w`'s size (Wan 2.1's layout)."""
+    from diffusers import WanTransformer3DModel
+
+    from verl_omni.testing.tiny import TinyPreset
+    from verl_omni.testing.tiny_wan import build_tiny_wan
+
+    pipe = build_tiny_wan(TinyPreset(1, 1, 32, (8, 12, 12)), seed=0)
+    torch.manual_seed(1)
+    pipe.transformer = WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=w.heads, attention_head_dim=w.head_dim, in_channels=16,
+        out_channels=16, text_dim=pipe.transformer.config.text_dim, freq_dim=256 if w.head_dim >= 128 else 32,
+        ffn_dim=w.ffn_dim or 2 * w.heads * w.head_dim, num_layers=w.layers, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=1024,
+    )  # fmt: skip
+    return pipe
 
 
 def _build_sd3_folder(w: Workload, out: pathlib.Path, dtype: torch.dtype) -> pathlib.Path:

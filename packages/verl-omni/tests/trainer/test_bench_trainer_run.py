@@ -83,3 +83,30 @@ def test_two_rank_run_reports_its_scaling_against_the_one_rank_run(tmp_path):
     assert two["images_per_step"] == 2 * one["images_per_step"]
     assert two["vs_1gpu"] == pytest.approx(two["images_per_s"] / one["images_per_s"])
     assert "vs_1gpu" not in one
+
+
+@pytest.mark.parametrize(("preset", "params_b"), [("flux", 2.542), ("wan", 1.413)])
+def test_model_presets_build_the_stated_transformer_and_every_lora_target_matches(preset, params_b):
+    """Issue 33's presets (built on the meta device: no weights): FLUX.1-dev's 3072-wide blocks (4 double + 8 single)
+    and Wan 2.1 1.3B's transformer; each LoRA target names a linear of the transformer, and the overrides carry the
+    model's guidance key, frames and micro-batch."""
+    import torch
+
+    bench = _bench()
+    from trainer_workload_parts import PRESETS, _build_flux, _build_wan, lora_targets
+
+    w = PRESETS[preset]
+    with torch.device("meta"):
+        pipe = _build_flux(w) if preset == "flux" else _build_wan(w)
+    t = pipe.transformer
+    assert sum(p.numel() for p in t.parameters()) / 1e9 == pytest.approx(params_b, abs=1e-3)
+    assert t.config.num_attention_heads * t.config.attention_head_dim == (3072 if preset == "flux" else 1536)
+    linears = [n for n, m in t.named_modules() if isinstance(m, torch.nn.Linear)]
+    for target in lora_targets(w):
+        assert any(n == target or n.endswith("." + target) for n in linears), target
+    over = bench.workload_overrides(w, pathlib.Path("/f"), pathlib.Path("/p.jsonl"), "cuda", "bfloat16")
+    arr = "actor_rollout_ref"
+    assert f"{arr}.rollout.pipeline.guidance_scale={w.guidance}" in over
+    assert f"{arr}.rollout.pipeline.num_frames={33 if preset == 'wan' else 1}" in over
+    assert f"{arr}.actor.ppo_micro_batch_size_per_gpu={1 if preset == 'wan' else 16}" in over
+
