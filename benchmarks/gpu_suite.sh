@@ -40,8 +40,8 @@
 #            vLLM bundle: `source benchmarks/device_env.sh` first (its header says how the bundles travel)
 #   vllm-trainer: verl-omni-train on rollout.name=vllm_omni for 3 steps (colocated, LoRA sync), tiny Qwen-Image
 #   reward-model: the vLLM chat route on a tiny Qwen2.5-VL (images, same answers as vLLM's own app, sleep/wake), the OCR
-#            recipe's reward model on vLLM in the trainer (colocated; own pool with 2 GPUs), bench_chat.py on vLLM
-#            (needs the vLLM bundle)
+#            recipe's reward model on vLLM in the trainer (colocated; own pool with 2 GPUs; each with reward.stream off
+#            and on, printing the reward stage's whole and exposed seconds), bench_chat.py on vLLM (needs the vLLM bundle)
 #   trainer-run-vllm: workload A with the diffusers rollout and with vllm_omni in one command (needs the vLLM bundle)
 #   models-sampling (issue 33): bench_logprob_pipeline.py on the `flux` and `wan` presets of trainer_workload_parts.py
 #            (log-prob sampling vs the stock __call__, target >= 0.95). Estimate: FLUX 3.3e12 FLOPs per image forward
@@ -135,7 +135,7 @@ for phase in "$@"; do
                         --skip-baseline --warmup 1 --steps 3 --out "$out/vllm" ;;
     reward-model) run gpu-vllm-chat timeout -k 10 180 python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s \
                     packages/verl-core/tests/rollout/test_gpu_backends.py -k vllm_chat
-                  VERL_TEST_RAY_LOGS=1 run gpu-reward-model timeout -k 10 "${REWARD_MODEL_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s \
+                  VERL_TEST_RAY_LOGS=1 run gpu-reward-model timeout -k 10 "${REWARD_MODEL_TIMEOUT:-480}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s \
                     packages/verl-omni/tests/trainer/test_trainer_gpu.py -k reward_model
                   CUDA_VISIBLE_DEVICES=0 run bench-chat-vllm timeout 200 python3 benchmarks/bench_chat.py --backend vllm --device cuda \
                     --requests 256 --concurrency 64 --rounds 3 --out "$out" ;;

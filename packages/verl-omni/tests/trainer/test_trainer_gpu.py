@@ -93,10 +93,13 @@ _POOLS = [
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm (pip install 'verl-core[vllm]')")
+@pytest.mark.parametrize("stream", [False, True], ids=["batch", "stream"])
 @pytest.mark.parametrize("own_pool", _POOLS)
-def test_gpu_reward_model_on_vllm_scores_the_ocr_recipe(ray_gpus, trainer_run, tmp_path, own_pool):
+def test_gpu_reward_model_on_vllm_scores_the_ocr_recipe(ray_gpus, trainer_run, tmp_path, own_pool, stream):
     """The OCR recipe's reward model on verl-core's vLLM server beside the diffusers rollout and the actor: colocated
-    on one GPU (asleep outside the reward phases) or on a pool of its own; prints the reward stage time."""
+    on one GPU (asleep outside the reward phases) or on a pool of its own, with `reward.stream` off or on (one
+    request per prompt, so groups are scored while the others generate); prints the reward stage's whole and
+    exposed time per step."""
     import pathlib
 
     from verl_core.testing.tiny_llm import build_tiny_vlm
@@ -127,6 +130,8 @@ def test_gpu_reward_model_on_vllm_scores_the_ocr_recipe(ray_gpus, trainer_run, t
         "reward.reward_model.rollout.max_model_len=512",
         "reward.reward_model.rollout.prompt_length=256",
         "reward.reward_model.rollout.response_length=16",
+        f"reward.stream={str(stream).lower()}",
+        "actor_rollout_ref.rollout.agent.prompts_per_request=1",
     ]
     if own_pool:
         overrides += [
@@ -141,11 +146,15 @@ def test_gpu_reward_model_on_vllm_scores_the_ocr_recipe(ray_gpus, trainer_run, t
         assert 0.0 <= row["critic/rewards/min"] <= row["critic/rewards/max"] <= 1.0
     (server,) = seen["metrics"].values()
     assert server["counters"]["chat_completions"] == 1 + 2 * 4 * 2  # validation image, 2 steps x 4 prompts x n=2
-    if not own_pool:  # asleep after launch, after validation and after each step's reward
+    if not own_pool and not stream:  # asleep after launch, after validation and after each step's reward
         assert server["counters"]["sleeps"] == 4 and server["state"] == "sleeping"
     print(
-        f"reward model on vLLM ({'own pool' if own_pool else 'colocated'}): reward stage",
+        f"reward model on vLLM ({'own pool' if own_pool else 'colocated'}, stream={stream}): reward stage",
         [round(row["timing_s/reward"], 3) for row in run.history],
+        "s, exposed",
+        [round(row["timing_s/reward_exposed"], 3) for row in run.history],
+        "s, gen",
+        [round(row["timing_s/gen"], 3) for row in run.history],
         "s, step",
         [round(row["timing_s/step"], 3) for row in run.history],
         "s",
