@@ -85,3 +85,31 @@ def test_a_run_prints_short_step_lines_and_no_library_noise(tiny_qwen_image_path
     assert " | clipfrac " in proc.stdout and " | img/s " in proc.stdout and "pg_loss" not in proc.stdout
     for text in NOISE_TEXT:
         assert text not in proc.stderr, proc.stderr[-4000:]
+
+
+def _raise_chained() -> None:
+    try:
+        raise KeyError("inner cause")
+    except KeyError as e:
+        raise RuntimeError("outer") from e
+
+
+def test_a_failed_runs_traceback_goes_to_the_run_folder_or_else_to_stderr(tmp_path, capsys):
+    from verl_omni.trainer.main import _write_error_log
+
+    try:
+        _raise_chained()
+    except RuntimeError as e:
+        error = e
+    run_dir = tmp_path / "new" / "run"
+    assert _write_error_log(run_dir, error, "at step 3") == f"(full traceback: {run_dir / 'error.log'})"
+    text = (run_dir / "error.log").read_text()
+    assert text.startswith("verl-omni-train: error at step 3, ") and "KeyError: 'inner cause'" in text
+    assert "direct cause of the following exception" in text and text.rstrip().endswith("RuntimeError: outer")
+    assert capsys.readouterr().err == ""
+    # a run folder that cannot be written (here: below a file): the traceback is printed instead, never lost
+    (tmp_path / "file").write_text("")
+    note = _write_error_log(tmp_path / "file" / "run", error, "at step 3")
+    assert note.startswith(f"(full traceback above: cannot write {tmp_path / 'file' / 'run' / 'error.log'}: ")
+    err = capsys.readouterr().err
+    assert "KeyError: 'inner cause'" in err and err.rstrip().endswith("RuntimeError: outer")

@@ -259,3 +259,9 @@ def test_a_rollout_request_over_its_timeout_exits_1_naming_the_server_and_the_ca
     err = capsys.readouterr().err
     assert "error at step 1: RolloutServiceError: rollout server rank 0 failed during generate" in err
     assert "EngineTimeoutError" in err and "(bound by actor_rollout_ref.rollout.request_timeout_s)" in err
+    # the full traceback goes to the run folder, and the error line says where
+    log = tmp_path / "run" / "error.log"
+    assert f"(full traceback: {log})\n" in err  # the end of the error line
+    text = log.read_text()
+    assert text.startswith("verl-omni-train: error at step 1, ") and "Traceback (most recent call last):" in text
+    assert "RolloutServiceError: rollout server rank 0 failed during generate" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ from verl_omni.trainer.worker_proxy import (
     WorkerError,
     WorkerInterfaceError,
     check_worker,
+    describe_remote_error,
     protocol_methods,
 )
 from verl_omni.trainer.workers import ActorWorker
@@ -133,6 +135,22 @@ class _Echo:
             raise ValueError("negative factor on rank 1")
         return self.rank * factor + offset
 
+    def broken(self) -> None:
+        _fail_like_cudnn()
+
+
+# what torch raised in cuDNN's SDPA backward on the H200: the cause on the first line, a C++ trace, CUDA's advice last
+_CUDNN_ERROR = (
+    "Expected mha_graph.execute(handle, variant_pack, workspace_ptr.get()).is_good() to be true, but got false.\n"
+    "Exception raised from run_cudnn_SDP_bprop at aten/src/ATen/native/cudnn/MHA.cpp:1234\n"
+    "frame #0: c10::Error::Error(...)\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+)
+
+
+def _fail_like_cudnn() -> None:
+    raise RuntimeError(_CUDNN_ERROR)
+
 
 class _EchoAPI(_Echo):  # the Protocol role: the same surface (a Protocol would be written alike)
     pass
@@ -143,6 +161,7 @@ class _EchoGroup(RankGroup):
     protocol = _EchoAPI
     rows = SplitRanks(_EchoAPI.rows)
     scaled = EveryRank(_EchoAPI.scaled)
+    broken = EveryRank(_EchoAPI.broken)
 
 
 def test_the_proxy_splits_and_fans_out_over_real_ray_actors(ray_session):
@@ -155,6 +174,14 @@ def test_the_proxy_splits_and_fans_out_over_real_ray_actors(ray_session):
         assert group.scaled(2.0, offset=0.5) == [0.5, 2.5]
         with pytest.raises(WorkerError, match=r"echo worker rank 1 \(node here, pid 2\) failed in scaled: .*negative"):
             group.scaled(-1.0)
+        # the root cause, not Ray's banner and CUDA's last line: type, first line, the raising frame
+        with pytest.raises(WorkerError) as failed:
+            group.broken()
+        message = str(failed.value)
+        who = r"echo worker rank \d \(node here, pid \d\)"
+        assert re.match(rf"{who} failed in broken: RuntimeError: Expected mha_graph", message)
+        assert "is_good() to be true, but got false." in message and "TORCH_USE_CUDA_DSA" not in message
+        assert message.endswith(f"(at {__file__}:{_fail_like_cudnn.__code__.co_firstlineno + 1} in _fail_like_cudnn)")
         with pytest.raises(ValueError, match="batch of 3 samples does not split over 2 echo ranks"):
             group.rows(TensorDict({"x": torch.arange(3)}, batch_size=[3]))
     finally:
@@ -209,3 +236,25 @@ def test_the_whole_trainer_package_type_checks(tmp_path):
 def test_protocol_methods_are_the_declared_ones():
     assert "update_policy" in protocol_methods(ActorWorkerAPI)
     assert all(inspect.isfunction(f) for f in protocol_methods(ActorWorkerAPI).values())
+
+
+def _task_error(cause: BaseException, traceback_text: str):
+    from ray.exceptions import RayTaskError
+
+    return RayTaskError("m", traceback_text, cause, proctitle="ray::W.m()", pid=7, ip="10.0.0.2")
+
+
+def test_describe_remote_error_unwraps_nested_causes_skips_torch_frames_and_cuts_long_lines():
+    own = '  File "/venv/lib/python3.12/site-packages/verl_omni/engine/clean_update.py", line 42, in backward\n'
+    torch_frames = (
+        '  File "/venv/lib/python3.12/site-packages/torch/autograd/__init__.py", line 9, in backward\n'
+        '  File "/tmp/torchinductor_me/ab/cab.py", line 3, in call\n'
+    )
+    remote = f"Traceback (most recent call last):\n{own}{torch_frames}RuntimeError: boom"
+    nested = _task_error(_task_error(RuntimeError("x" * 400 + "\nsecond line"), remote), remote)
+    described = describe_remote_error(nested)
+    assert described == "RuntimeError: " + "x" * 283 + "... (at verl_omni/engine/clean_update.py:42 in backward)"
+    assert describe_remote_error(_task_error(KeyError("k"), torch_frames)) == "KeyError: 'k'"  # no own frame
+    # not a task error (a dead actor): first and last lines, as Ray puts the reason last
+    died = RuntimeError("The actor died unexpectedly.\n\tclass_name: W\n\tpid: 7\nits worker process has died")
+    assert describe_remote_error(died) == "The actor died unexpectedly. ... its worker process has died"

@@ -96,7 +96,7 @@ def load_engine_checkpoint(
             dcp.load(state, checkpoint_id=str(root / "model"))
         except CheckpointException as e:
             raise ValueError(
-                f"{root}/model: does not match the engine's trainable weights ({_first_line(e)}); "
+                f"{root}/model: does not match the engine's trainable weights ({_last_line(e)}); "
                 "was it saved with another LoRA / model config?"
             ) from e
         result = set_model_state_dict(model, state, options=_LOAD_OPTS)
@@ -130,7 +130,7 @@ def load_engine_checkpoint(
     return step
 
 
-def _first_line(error: Exception) -> str:
+def _last_line(error: Exception) -> str:
     """The most specific line of a (multi-rank) DCP error: its last non-empty line."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__

@@ -10,9 +10,10 @@ The config is chosen by `--config-name` alone, never by whether overrides are gi
 
 The config is checked completely, and the model folder, prompt files and trackers are looked at, before Ray or any
 worker starts; a bad config exits with status 2 in seconds, naming the key or the path (a missing model also names
-the config in use and the command that selects the other one). A failure during training exits with status 1; the
-last checkpoint stays intact. Ctrl-C (SIGINT) stops the workers and Ray, prints one line with the last checkpoint and
-the command that resumes from it, and exits with status 130. Every finished run prints that command too.
+the config in use and the command that selects the other one). A failure during training exits with status 1, its
+full traceback (a worker's remote one included) in `<trainer.run_dir>/error.log`; the last checkpoint stays intact.
+Ctrl-C (SIGINT) stops the workers and Ray, prints one line with the last checkpoint and the command that resumes
+from it, and exits with status 130. Every finished run prints that command too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import pathlib
 import shlex
 import signal
 import sys
+import time
+import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -168,9 +171,9 @@ def run(argv: Sequence[str], *, default_config: str = QUICKSTART, command: Seque
     except KeyboardInterrupt:
         interrupted = True
     except Exception as e:
-        logger.debug("training failed", exc_info=True)
         where = stage or f"at step {trainer.step + 1}"
-        print(f"verl-omni-train: error {where}: {type(e).__name__}: {e}", file=sys.stderr)
+        saved = _write_error_log(pathlib.Path(trainer_cfg.run_dir), e, where)
+        print(f"verl-omni-train: error {where}: {type(e).__name__}: {e} {saved}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         # after a Ctrl-C the workers' shared memory and Ray must go: a second one does not cut the cleanup short
@@ -217,6 +220,24 @@ def _resume_line(
         return f"last checkpoint: {latest} (step {step}); resume: {resume}"
     more = resume_command(command, argv, trainer_cfg.resume_mode, total_steps=2 * max(finished_at, 1))
     return f"last checkpoint: {latest} (step {step}); to train on from it: {more}"
+
+
+def _write_error_log(run_dir: pathlib.Path, error: BaseException, where: str) -> str:
+    """Write `error`'s full traceback (chained causes included) to `run_dir/error.log`; say where it is.
+
+    Returns:
+        `(full traceback: <path>)`, or, when the run folder cannot be written, a note saying so after the
+        traceback has been printed to stderr instead (never lost).
+    """
+    text = "".join(traceback.format_exception(error))
+    path = run_dir / "error.log"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"verl-omni-train: error {where}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n{text}")
+    except OSError as e:
+        print(text, file=sys.stderr, end="")
+        return f"(full traceback above: cannot write {path}: {e.strerror or e})"
+    return f"(full traceback: {path})"
 
 
 @contextlib.contextmanager

@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
 from tensordict import TensorDict
 
-__all__ = ["EveryRank", "RankGroup", "SplitRanks", "WorkerError", "WorkerInterfaceError", "check_worker"]
+__all__ = [
+    "EveryRank",
+    "RankGroup",
+    "SplitRanks",
+    "WorkerError",
+    "WorkerInterfaceError",
+    "check_worker",
+    "describe_remote_error",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -183,9 +192,13 @@ class RankGroup:
             try:
                 ray.get(done[0])
             except RayActorError as e:
-                raise WorkerError(f"{self.role} worker {self._who(rank)} died during {method}: {_first_line(e)}") from e
+                raise WorkerError(
+                    f"{self.role} worker {self._who(rank)} died during {method}: {describe_remote_error(e)}"
+                ) from e
             except RayTaskError as e:
-                raise WorkerError(f"{self.role} worker {self._who(rank)} failed in {method}: {_first_line(e)}") from e
+                raise WorkerError(
+                    f"{self.role} worker {self._who(rank)} failed in {method}: {describe_remote_error(e)}"
+                ) from e
         try:
             return ray.get(refs, timeout=1.0)
         except GetTimeoutError as e:  # pragma: no cover - all refs are done here
@@ -250,9 +263,51 @@ def _check_name(owner: type, attribute: str, method: str) -> None:
         raise TypeError(f"{owner.__name__}.{attribute} proxies the worker method {method!r}: name it {method}")
 
 
-def _first_line(error: BaseException) -> str:
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    # Ray's task errors end with the original exception line; keep it and the first line
-    if len(lines) > 2:
-        return f"{lines[0].strip()} ... {lines[-1].strip()}"
-    return " ".join(line.strip() for line in lines) or type(error).__name__
+#: frames of the remote traceback that say nothing about the caller's code: torch (with inductor's generated code and
+#: triton), Ray, and the interpreter's frozen modules
+_INTERNAL_FRAME = re.compile(r"[/\\](?:torch|ray|triton|torchinductor_[^/\\]*)[/\\]|^<frozen ")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def describe_remote_error(error: BaseException, limit: int = 300) -> str:
+    """One line saying what a Ray worker raised, for a `WorkerError` message.
+
+    For a `RayTaskError` (the worker's method raised): `Type: first line of its message` of the original exception
+    (`.cause`, unwrapped through nested task errors), the line cut at `limit` characters, then
+    `(at file:line in function)` for the innermost frame of the remote traceback outside torch and Ray, when there
+    is one. For any other error (e.g. `RayActorError`: the worker died) the first and last non-empty lines of its
+    message (Ray puts the reason last).
+    """
+    from ray.exceptions import RayTaskError
+
+    if not isinstance(error, RayTaskError):
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        if len(lines) > 2:
+            return _cut(f"{lines[0]} ... {lines[-1]}", limit)
+        return _cut(" ".join(lines), limit) or type(error).__name__
+    remote_traceback = str(error)
+    cause: BaseException = error
+    for _ in range(8):  # a worker's own call to another Ray actor nests a task error in the cause
+        inner = getattr(cause, "cause", None)
+        if not isinstance(cause, RayTaskError) or not isinstance(inner, BaseException) or inner is cause:
+            break
+        cause = inner
+    first = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
+    text = _cut(f"{type(cause).__name__}: {first}" if first else type(cause).__name__, limit)
+    frame = _innermost_own_frame(remote_traceback)
+    return f"{text} (at {frame})" if frame else text
+
+
+def _innermost_own_frame(traceback_text: str) -> str | None:
+    """`file:line in function` of the last traceback frame outside torch and Ray (paths from `site-packages/`)."""
+    found = None
+    for line in traceback_text.splitlines():
+        match = _FRAME.match(line)
+        if match and not _INTERNAL_FRAME.search(match["file"]):
+            path = match["file"].rpartition("site-packages/")[2]
+            found = f"{path}:{match['line']} in {match['func']}"
+    return found
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."

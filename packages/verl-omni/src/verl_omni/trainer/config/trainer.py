@@ -98,7 +98,7 @@ class TrainerConfig(BaseConfig):
         default_local_dir (`str`, *optional*): checkpoint root; `global_step_N/` folders go under it.
         max_actor_ckpt_to_keep (`int`, *optional*): keep only the newest this many checkpoints (null keeps all).
         run_dir (`str`, *optional*, defaults to `"outputs/verl_examples/flow_grpo"`): `metrics.jsonl`, TensorBoard
-            events, `reward_curve.png` and the sample grid go here.
+            events, `reward_curve.png`, the sample grid and a failed run's `error.log` go here.
         ray_wait_register_center_timeout (`int`, *optional*, defaults to `300`): seconds the actor workers and the
             rollout servers may take to be placed and start.
         ray_master_port_range (`list[int]`, *optional*, defaults to `[20000, 30000]`): the torch.distributed master
