@@ -13,6 +13,11 @@ TINY_SD3 = {
     "num_layers": 1, "num_attention_heads": 1, "attention_head_dim": 4, "patch_size": 2, "in_channels": 4,
     "out_channels": 4, "joint_attention_dim": 8, "caption_projection_dim": 4, "pooled_projection_dim": 6,
 }  # fmt: skip
+# `build_tiny_pipeline("wan", preset="tiny")`'s transformer (`verl_omni.testing.tiny_wan`)
+TINY_WAN = {
+    "patch_size": [1, 2, 2], "num_attention_heads": 2, "attention_head_dim": 32, "in_channels": 16,
+    "out_channels": 16, "text_dim": 32, "freq_dim": 32, "ffn_dim": 128, "num_layers": 2, "rope_max_seq_len": 64,
+}  # fmt: skip
 
 
 def test_forward_flops_sd3_one_block_by_hand():
@@ -33,11 +38,30 @@ def test_image_tokens_follow_the_latent_grid_and_patching():
     assert image_tokens("sd3", {"patch_size": 2}, 512, 512, 8) == 1024
     assert image_tokens("qwen_image", {"patch_size": 2}, 512, 256, 8) == 512  # packed 2×2 latents
     assert image_tokens("flux", {"patch_size": 1}, 1024, 1024, 8) == 4096  # FLUX's patch_size 1 is after packing
+    with pytest.raises(ValueError, match=r"image_tokens: flux generates images .* got num_frames=5"):
+        image_tokens("flux", {"patch_size": 1}, 64, 64, 8, num_frames=5)
+
+
+def test_image_tokens_of_a_wan_video_count_its_latent_frames():
+    # Wan 2.1 at 480x832: 81 frames -> (81 - 1) / 4 + 1 = 21 latent frames of 60x104 latents in (1, 2, 2) patches
+    wan = {"patch_size": [1, 2, 2]}  # a list, as config.json stores it
+    assert image_tokens("wan", wan, 480, 832, 8, num_frames=81, temporal_scale=4) == 21 * 30 * 52
+    assert image_tokens("wan", wan, 480, 832, 8, num_frames=33, temporal_scale=4) == 9 * 30 * 52  # the H200 preset
+    assert image_tokens("wan", wan, 480, 832, 8) == 30 * 52  # one frame: one latent frame
+    assert image_tokens("wan", {"patch_size": [2, 2, 2]}, 64, 64, 8, num_frames=13, temporal_scale=4) == 2 * 16
+    with pytest.raises(ValueError, match=r"image_tokens: wan with num_frames=33 needs temporal_scale"):
+        image_tokens("wan", wan, 480, 832, 8, num_frames=33)
 
 
 def test_forward_flops_unknown_model_names_the_supported_ones():
-    with pytest.raises(KeyError, match=r"no FLOPs formula for model 'wan'.*flux, qwen_image, sd3"):
-        forward_flops("wan", {}, image_tokens=1, text_tokens=1)
+    with pytest.raises(KeyError, match=r"no FLOPs formula for model 'hunyuan_video'.*flux, qwen_image, sd3, wan"):
+        forward_flops("hunyuan_video", {}, image_tokens=1, text_tokens=1)
+
+
+def test_forward_flops_refuse_wan_image_to_video():
+    cfg = dict(TINY_WAN, image_dim=1280, added_kv_proj_dim=64)
+    with pytest.raises(ValueError, match=r"`image_dim`: 1280: Wan image-to-video has no FLOPs formula"):
+        forward_flops("wan", cfg, image_tokens=8, text_tokens=7)
 
 
 def _sd3():
@@ -91,4 +115,31 @@ def test_forward_flops_match_torch_flop_counter(model, build):
     counted = counter.get_total_flops()
     assert counted > 0
     expected = forward_flops(model, dict(module.config), image_tokens=64, text_tokens=7)
+    assert expected.total == pytest.approx(counted, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "config, num_frames, height, width, text",
+    [
+        pytest.param(TINY_WAN, 5, 64, 64, 7, id="tiny-wan-5-frames"),  # 2 latent frames x 4 x 4 = 32 tokens
+        pytest.param(dict(TINY_WAN, num_attention_heads=3, attention_head_dim=12, ffn_dim=80, num_layers=1), 13,
+                     64, 48, 11, id="3-heads-13-frames"),  # 4 latent frames x 4 x 3 = 48 tokens
+    ],
+)  # fmt: skip
+def test_wan_forward_flops_match_torch_flop_counter(config, num_frames, height, width, text):
+    """Wan's formula against `FlopCounterMode` on a real `WanTransformer3DModel` forward, at the video tokens
+    `image_tokens` counts from the frames (the 4x temporal VAE): Conv3d patch embedding, condition embedder, self-
+    and cross-attention, FFN, output projection. SDPA on its math backend, tolerance 0.1 % (as the image models)."""
+    from diffusers import WanTransformer3DModel
+
+    torch.manual_seed(0)
+    module = WanTransformer3DModel(**config).eval()
+    tokens = image_tokens("wan", config, height, width, 8, num_frames=num_frames, temporal_scale=4)
+    latents = torch.randn(1, config["in_channels"], (num_frames - 1) // 4 + 1, height // 8, width // 8)
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        module(hidden_states=latents, timestep=torch.tensor([500.0]),
+               encoder_hidden_states=torch.randn(1, text, config["text_dim"]))  # fmt: skip
+    counted = counter.get_total_flops()
+    assert counted > 0
+    expected = forward_flops("wan", dict(module.config), image_tokens=tokens, text_tokens=text)
     assert expected.total == pytest.approx(counted, rel=1e-3)

@@ -11,9 +11,11 @@ from verl_omni.trainer.flops import StageFlops
 
 SD3 = {"num_layers": 2, "num_attention_heads": 2, "attention_head_dim": 8, "patch_size": 2, "in_channels": 4,
        "joint_attention_dim": 8, "caption_projection_dim": 16, "pooled_projection_dim": 6}  # fmt: skip
+WAN = {"patch_size": [1, 2, 2], "num_attention_heads": 2, "attention_head_dim": 8, "in_channels": 16,
+       "text_dim": 8, "freq_dim": 32, "ffn_dim": 32, "num_layers": 2}  # fmt: skip
 
 
-def _batch(rows=4, k=3, steps=10, guidance=4.5, negative=True, text=7, mask=None) -> TensorDict:
+def _batch(rows=4, k=3, steps=10, guidance=4.5, negative=True, text=7, mask=None, frames=None) -> TensorDict:
     data = {
         "height": torch.full((rows,), 64), "width": torch.full((rows,), 32),  # 8×4 latents: 4×2 = 8 tokens
         "num_inference_steps": torch.full((rows,), steps), "guidance_scale": torch.full((rows,), guidance),
@@ -23,6 +25,8 @@ def _batch(rows=4, k=3, steps=10, guidance=4.5, negative=True, text=7, mask=None
         data["negative_prompt_embeds"] = torch.zeros(rows, 5, 8)
     if mask is not None:
         data["train_step_mask"] = mask
+    if frames is not None:  # a video trajectory (Wan)
+        data["num_frames"] = torch.full((rows,), frames)
     return TensorDict(data, batch_size=[rows])
 
 
@@ -70,6 +74,19 @@ def test_clean_and_pair_updates_count_unguided_forwards_of_the_rows_they_train()
         StageFlops("sd3", SD3, 8, lora=True, trains_on="pair")
 
 
+def test_stage_flops_of_wan_count_the_video_tokens_of_the_trajectorys_frames():
+    # 9 frames -> 3 latent frames of the 8x4 latent grid in 2x2 patches: 3 x 4 x 2 = 24 video tokens per sample
+    one = forward_flops("wan", WAN, image_tokens=24, text_tokens=7) + forward_flops("wan", WAN, image_tokens=24,
+                                                                                  text_tokens=5)  # fmt: skip
+    counter = StageFlops("wan", WAN, 8, lora=True, temporal_scale=4)
+    got = counter.stage_flops(_batch(frames=9), {"gen", "update_actor"})
+    assert got["gen"] == pytest.approx(4 * 10 * one.total)
+    assert got["update_actor"] == pytest.approx(4 * 3 * (2 * one.linear + 3 * one.attention))
+    single = forward_flops("wan", WAN, image_tokens=8, text_tokens=7) + forward_flops("wan", WAN, image_tokens=8,
+                                                                                    text_tokens=5)  # fmt: skip
+    assert counter.stage_flops(_batch(frames=1), {"gen"})["gen"] == pytest.approx(4 * 10 * single.total)
+
+
 def test_metrics_mfu_against_the_peak_and_devices():
     counter = StageFlops("sd3", SD3, 8, lora=True, devices=2, peak_tflops=1e-6)  # 1 MFLOP/s per device
     timing = {"gen": 0.5, "update_actor": 2.0, "step": 4.0}
@@ -101,28 +118,34 @@ def test_for_config_reads_the_pipeline_folder_and_logs_no_mfu_on_the_cpu(tiny_qw
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
-def test_the_trainer_logs_each_stages_flops_and_on_cuda_its_mfu(tiny_sd3_path, tmp_path, device):
+@pytest.mark.parametrize("model", ["sd3", "wan"])
+def test_the_trainer_logs_each_stages_flops_and_on_cuda_its_mfu(request, tmp_path, model, device):
     # the step's metrics as the trainer logs them (`FlowGRPOTrainer.setup` + `_step_metrics`), with stand-in
-    # components: the H200 run of workload A logged no perf/mfu/* because the trainer had lost its `StageFlops`
+    # components: the H200 run of workload A logged no perf/mfu/* because the trainer had lost its `StageFlops`;
+    # the H200 Wan run logged none because Wan had no formula
     from types import SimpleNamespace
 
     from verl_omni.trainer.components import TrainerComponents
     from verl_omni.trainer.config import load_config
     from verl_omni.trainer.flow_grpo_trainer import FlowGRPOTrainer
 
-    config = load_config([f"actor_rollout_ref.model.path={tiny_sd3_path}", f"trainer.run_dir={tmp_path}",
-                          "trainer.resume_mode=disable"], config_name="quickstart")  # fmt: skip
+    path = request.getfixturevalue(f"tiny_{model}_path")
+    frames = ["actor_rollout_ref.rollout.pipeline.num_frames=5"] if model == "wan" else []
+    config = load_config([f"actor_rollout_ref.model.path={path}", f"trainer.run_dir={tmp_path}",
+                          "trainer.resume_mode=disable", *frames], config_name="quickstart")  # fmt: skip
     trainer = FlowGRPOTrainer(config)
     trainer.setup(TrainerComponents(
         actor=None, rollout=None, reward=None, prompts=SimpleNamespace(epoch=0), val_records=[],
         tracker=SimpleNamespace(begin=lambda step: None), total_steps=1, device=device,
         checkpoints=SimpleNamespace(resolve_resume=lambda *a: None, check_resume=lambda *a: None),
     ))  # fmt: skip
-    batch = _batch()
+    batch = _batch(frames=5 if model == "wan" else None)
     batch["prompt_index"], batch["advantages"] = torch.tensor([0, 0, 1, 1]), torch.zeros(4, 3)
     timing = {"gen": 1.0, "ref": 0.5, "update_actor": 2.0, "step": 4.0}
     got = trainer._step_metrics(batch, torch.tensor([0.1, 0.2, 0.3, 0.4]), {}, 0, timing, 1)
-    want = StageFlops.for_config(config, device).metrics(batch, timing)
+    counter = StageFlops.for_config(config, device)
+    assert counter.model == model and counter.temporal_scale == (4 if model == "wan" else None)
+    want = counter.metrics(batch, timing)
     assert {k for k in want if k.startswith("perf/flops/")} == {
         f"perf/flops/{s}" for s in ("gen", "ref", "update_actor", "step")
     }

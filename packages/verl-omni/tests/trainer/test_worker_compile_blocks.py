@@ -124,3 +124,38 @@ def test_reshard_choice_on_cuda_weighs_model_micro_batch_and_free_memory(tiny_qw
     assert _reshard_choice(engine, None, batch, actor, trains=True).reshard_after_forward is True
     frozen = _reshard_choice(engine, None, batch, actor, trains=False)  # the reference: no activations, no grads
     assert (frozen.activation_bytes, frozen.grad_bytes) == (0, 0)
+
+
+def test_reshard_choice_reads_the_video_tokens_of_a_wan_batch(tiny_wan_path, monkeypatch):
+    """Wan's micro-batch activations come from its video tokens (5 frames: 2 latent frames x 4 x 4 = 32) + text;
+    the H200 run resharded "to be safe" because Wan had no token formula."""
+    import types
+
+    import torch
+    from tensordict import TensorDict
+
+    from verl_omni.engine.auto_settings import activation_bytes
+    from verl_omni.models import adapter_for_folder
+    from verl_omni.trainer.workers import _reshard_choice
+
+    adapter = adapter_for_folder(tiny_wan_path)
+    engine = types.SimpleNamespace(
+        device=torch.device("cuda", 0), module=torch.nn.Linear(4, 4), param_dtype=torch.bfloat16, adapter=adapter,
+        model_config=types.SimpleNamespace(enable_gradient_checkpointing=False), world_size=1,
+    )  # fmt: skip
+    rows = 2
+    batch = TensorDict({
+        "height": torch.full((rows,), 64), "width": torch.full((rows,), 64), "num_frames": torch.full((rows,), 5),
+        "num_inference_steps": torch.full((rows,), 4), "guidance_scale": torch.full((rows,), 4.0),
+        "prompt_embeds": torch.zeros(rows, 9, 8), "negative_prompt_embeds": torch.zeros(rows, 9, 8),
+        "log_probs": torch.zeros(rows, 2),
+    }, batch_size=[rows])  # fmt: skip
+    overrides = [f"actor_rollout_ref.model.path={tiny_wan_path}", "actor_rollout_ref.rollout.pipeline.num_frames=5",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]  # fmt: skip
+    actor = load_config(overrides, config_name="quickstart").actor_rollout_ref.actor
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**40, 2**40))
+    choice = _reshard_choice(engine, None, batch, actor, trains=True)
+    want = activation_bytes(adapter.transformer_config, tokens=32 + 9, samples=1 * 2, elem_bytes=2,
+                            checkpointing=False)  # one video x CFG  # fmt: skip
+    assert choice.activation_bytes == want and "unknown" not in choice.reason
+    assert choice.reshard_after_forward is False  # a terabyte free: keep the gathered parameters

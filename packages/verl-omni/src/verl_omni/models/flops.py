@@ -1,4 +1,4 @@
-"""Forward FLOPs per sample of the diffusion transformers, from their configs (SD3 / MMDiT, Qwen-Image, FLUX).
+"""Forward FLOPs per sample of the diffusion transformers, from their configs (SD3 / MMDiT, Qwen-Image, FLUX, Wan).
 
 One multiply-add is 2 FLOPs. Counted: every linear and patch-embedding layer (the attention projections, the MLPs,
 the adaLN modulation linears, which run once per sample on the timestep embedding, the input/output projections,
@@ -120,12 +120,43 @@ def _flux(c: Mapping[str, Any], n_img: int, n_txt: int) -> ForwardFlops:
     return ForwardFlops(lin, (layers + singles) * _attn(s, s, d))
 
 
+def _wan(c: Mapping[str, Any], n_img: int, n_txt: int) -> ForwardFlops:
+    """Wan 2.1 / 2.2 text-to-video (`WanTransformer3DModel`): blocks of self-, cross-attention and a GELU MLP.
+
+    Per block: self-attention over the `n_img` video tokens, cross-attention from them to the `n_txt` text tokens
+    (K, V projected from the text in every block), the MLP `D -> ffn_dim -> D`.
+
+    Raises:
+        ValueError: an image-to-video config (`image_dim` or `added_kv_proj_dim` set: an image context).
+    """
+    for key in ("image_dim", "added_kv_proj_dim"):
+        if c.get(key) is not None:
+            raise ValueError(f"transformer config `{key}`: {c[key]}: Wan image-to-video has no FLOPs formula (T2V)")
+    d = c["num_attention_heads"] * c["attention_head_dim"]
+    patch, cin = tuple(c.get("patch_size", (1, 2, 2))), c.get("in_channels", 16)
+    cout = c.get("out_channels") or cin
+    voxels = patch[0] * patch[1] * patch[2]
+    freq, ffn = c.get("freq_dim", 256), c["ffn_dim"]
+    lin = _mm(n_img, cin * voxels, d)  # patch_embedding (a strided Conv3d)
+    lin += _mm(1, freq, d) + _mm(1, d, d) + _mm(1, d, 6 * d)  # condition_embedder: time_embedder, time_proj
+    lin += _mm(n_txt, c["text_dim"], d) + _mm(n_txt, d, d)  # condition_embedder.text_embedder (2 linears)
+    block = _mm(n_img, d, 3 * d) + _mm(n_img, d, d)  # attn1: Q, K, V, to_out on the video tokens
+    block += _mm(n_img, d, d) + _mm(n_txt, d, 2 * d) + _mm(n_img, d, d)  # attn2: Q (video), K, V (text), to_out
+    block += _mm(n_img, d, ffn) + _mm(n_img, ffn, d)  # ffn
+    lin += c["num_layers"] * block
+    lin += _mm(n_img, d, voxels * cout)  # proj_out (norm_out's modulation is a table added to temb: no matmul)
+    att = c["num_layers"] * (_attn(n_img, n_img, d) + _attn(n_img, n_txt, d))  # self-, cross-attention
+    return ForwardFlops(lin, att)
+
+
 _FORMULAS: dict[str, Callable[[Mapping[str, Any], int, int], ForwardFlops]] = {
     "sd3": _sd3,
     "qwen_image": _qwen_image,
     "flux": _flux,
+    "wan": _wan,
 }
 _TOKEN_PATCH = {"sd3": "patch_size", "qwen_image": None, "flux": None}  # None: packed 2x2 latents
+_VIDEO = {"wan"}  # 3-D `patch_size` (t, h, w) over `(frames - 1) / temporal_scale + 1` latent frames
 
 
 def supported_models() -> list[str]:
@@ -133,12 +164,48 @@ def supported_models() -> list[str]:
     return sorted(_FORMULAS)
 
 
-def image_tokens(model: str, transformer_config: Mapping[str, Any], height: int, width: int, vae_scale: int) -> int:
-    """Image tokens of one `height` x `width` sample: the latent grid (`/ vae_scale`) in 2 x 2 patches.
+def image_tokens(
+    model: str,
+    transformer_config: Mapping[str, Any],
+    height: int,
+    width: int,
+    vae_scale: int,
+    *,
+    num_frames: int = 1,
+    temporal_scale: int | None = None,
+) -> int:
+    """Image (or video) tokens of one `height` x `width` sample: the latent grid (`/ vae_scale`) in patches.
 
     SD3 patches in the transformer (`patch_size`); Qwen-Image and FLUX pack 2 x 2 latents into one token before it.
+    Wan's video of `num_frames` frames has `(num_frames - 1) // temporal_scale + 1` latent frames (the video VAE
+    keeps the first frame alone), cut into `patch_size` `(t, h, w)` 3-D patches.
+
+    Args:
+        model (`str`): the adapter name (`supported_models()`).
+        transformer_config (`Mapping`): the transformer's config (`patch_size`).
+        height (`int`): pixels per sample.
+        width (`int`): pixels per sample.
+        vae_scale (`int`): pixels per latent cell along each spatial axis.
+        num_frames (`int`, *optional*, defaults to 1): frames per sample; above 1 only for a video model (Wan).
+        temporal_scale (`int`, *optional*): frames per latent frame (the VAE's `scale_factor_temporal`, Wan: 4);
+            required for a video of more than one frame.
+
+    Raises:
+        KeyError: no formula for `model`.
+        ValueError: `num_frames` above 1 for an image model, or for a video model without `temporal_scale`.
     """
-    key = _TOKEN_PATCH[_check(model)]
+    if _check(model) in _VIDEO:
+        if num_frames > 1 and not temporal_scale:
+            raise ValueError(
+                f"image_tokens: {model} with num_frames={num_frames} needs temporal_scale (the VAE's "
+                "scale_factor_temporal, the adapter's vae_scale_factor_temporal)"
+            )
+        pt, ph, pw = (int(x) for x in transformer_config.get("patch_size", (1, 2, 2)))
+        frames = (int(num_frames) - 1) // (temporal_scale or 1) + 1
+        return (frames // pt) * (height // (vae_scale * ph)) * (width // (vae_scale * pw))
+    if num_frames != 1:
+        raise ValueError(f"image_tokens: {model} generates images (num_frames 1), got num_frames={num_frames}")
+    key = _TOKEN_PATCH[model]
     patch = int(transformer_config.get(key, 2)) if key else 2
     return (height // (vae_scale * patch)) * (width // (vae_scale * patch))
 
@@ -147,9 +214,9 @@ def forward_flops(model: str, transformer_config: Mapping[str, Any], *, image_to
     """FLOPs of one forward of one sample (`ForwardFlops`), from the transformer's `config.json`.
 
     Args:
-        model (`str`): the adapter name: `"sd3"`, `"qwen_image"` or `"flux"`.
+        model (`str`): the adapter name: `"sd3"`, `"qwen_image"`, `"flux"` or `"wan"`.
         transformer_config (`Mapping`): the transformer's config (`transformer/config.json` of the pipeline).
-        image_tokens (`int`): image tokens per sample (`image_tokens(...)`).
+        image_tokens (`int`): image (Wan: video) tokens per sample (`image_tokens(...)`).
         text_tokens (`int`): text tokens per sample (the prompt embedding's length; SD3: 77 CLIP + the T5 length).
 
     Returns:
@@ -157,6 +224,7 @@ def forward_flops(model: str, transformer_config: Mapping[str, Any], *, image_to
 
     Raises:
         KeyError: no formula for `model`; names the supported ones.
+        ValueError: a Wan image-to-video config (an image context; T2V only).
     """
     return _FORMULAS[_check(model)](transformer_config, int(image_tokens), int(text_tokens))
 

@@ -10,7 +10,8 @@ ffn_dim -> inner`. Per block and sample, the matmul FLOPs are `2·L·inner²·4 
 `2·L·inner²·2 + 2·S·inner²·2 + 4·L·S·inner` (cross-attention) + `4·L·inner·ffn_dim` (MLP). Wan 2.1 T2V-1.3B:
 inner 1536 (12 x 128), ffn 8960, 30 layers; T2V-14B: inner 5120 (40 x 128), ffn 13824, 40 layers; 81 frames at
 480x832 give `L = 21 · 30 · 52 = 32760`; the text is `S = 512` UMT5 tokens (dim 4096). With CFG the rollout runs
-two forwards per step (conditional, then unconditional, as the stock pipeline).
+two forwards per step (conditional, then unconditional, as the stock pipeline). `verl_omni.models.flops` counts
+these FLOPs (with the text embedder's, the patch embedding's and the output projection's) for MFU.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Model FLOPs of each stage of a training step, and its MFU: `perf/flops/<stage>` and `perf/mfu/<stage>`.
 
 The forward FLOPs of one sample come from the transformer's config (`verl_omni.models.flops`); a stage's FLOPs are
-that times the forwards it runs on the step's batch of `B` trajectories, each `T` sampling steps, `K` of them trained
+that times the forwards it runs on the step's batch of `B` trajectories (Wan: videos, their tokens over the latent
+frames of the trajectory's `num_frames`), each `T` sampling steps, `K` of them trained
 (`log_probs` is `(B, K)`; DanceGRPO's `train_step_mask` counts only its trained entries), `c` = 2 forwards per step
 with classifier-free guidance (a guidance scale > 1 and negative embeddings in the batch), else 1:
 
@@ -52,16 +53,28 @@ def _first(batch: TensorDict, key: str) -> float:
     return float(value.flatten()[0].item()) if hasattr(value, "flatten") else float(value)
 
 
-def batch_geometry(batch: TensorDict, model: str, transformer_config: dict, vae_scale: int) -> dict[str, Any]:
+def batch_geometry(
+    batch: TensorDict, model: str, transformer_config: dict, vae_scale: int, *, temporal_scale: int | None = None
+) -> dict[str, Any]:
     """Tokens and forwards per sampling step of a trajectory batch.
 
+    Args:
+        batch (`TensorDict`): trajectories (`height`, `width`, `prompt_embeds`, ...; a video's `num_frames`).
+        model (`str`): the adapter name.
+        transformer_config (`dict`): the transformer's `config.json`.
+        vae_scale (`int`): pixels per latent cell.
+        temporal_scale (`int`, *optional*): video frames per latent frame (a video adapter's
+            `vae_scale_factor_temporal`); read with the batch's `num_frames` (a video trajectory's key).
+
     Returns:
-        `dict`: `image_tokens`, `text_tokens` (the prompt embedding's length), `negative_text_tokens` (None without
-        CFG), `cfg` (forwards per step: 2 with guidance > 1 and negative embeddings, else 1), `rows`,
-        `trained` (trained sample-steps: `train_step_mask.sum()`, or `B · K`; 0 without `log_probs`) and `steps`.
+        `dict`: `image_tokens` (Wan: video tokens), `text_tokens` (the prompt embedding's length),
+        `negative_text_tokens` (None without CFG), `cfg` (forwards per step: 2 with guidance > 1 and negative
+        embeddings, else 1), `rows`, `trained` (trained sample-steps: `train_step_mask.sum()`, or `B · K`; 0 without
+        `log_probs`) and `steps`.
     """
     keys = set(batch.keys())
     height, width = int(_first(batch, "height")), int(_first(batch, "width"))
+    frames = int(_first(batch, "num_frames")) if "num_frames" in keys else 1
     neg = "negative_prompt_embeds" in keys and "guidance_scale" in keys and _first(batch, "guidance_scale") > 1
     if "train_step_mask" in keys:
         trained = int(batch["train_step_mask"].sum().item())
@@ -70,7 +83,9 @@ def batch_geometry(batch: TensorDict, model: str, transformer_config: dict, vae_
     else:
         trained = 0
     return {
-        "image_tokens": image_tokens(model, transformer_config, height, width, vae_scale),
+        "image_tokens": image_tokens(
+            model, transformer_config, height, width, vae_scale, num_frames=frames, temporal_scale=temporal_scale
+        ),
         "text_tokens": int(batch["prompt_embeds"].shape[1]),
         "negative_text_tokens": int(batch["negative_prompt_embeds"].shape[1]) if neg else None,
         "cfg": 2 if neg else 1,
@@ -84,9 +99,10 @@ class StageFlops:
     """Per-step `perf/flops/*` and `perf/mfu/*` of a trainer run (see the module docstring for the count).
 
     Args:
-        model (`str`): the adapter name (`sd3`, `qwen_image`, `flux`).
+        model (`str`): the adapter name (`sd3`, `qwen_image`, `flux`, `wan`).
         transformer_config (`dict`): the transformer's `config.json`.
         vae_scale (`int`): pixels per latent cell.
+        temporal_scale (`int`, *optional*): video frames per latent frame (Wan's VAE: 4); None for image models.
         lora (`bool`): the base weights are frozen (LoRA): the cheaper backward.
         ppo_epochs (`int`): passes of the update over the batch.
         trains_on (`str`, *optional*, defaults to `"transitions"`): what the loss trains on (`LossSpec.trains_on`):
@@ -111,8 +127,10 @@ class StageFlops:
         ref_forward: bool = False,
         devices: int = 1,
         peak_tflops: float | None = None,
+        temporal_scale: int | None = None,
     ) -> None:
         self.model, self.transformer_config, self.vae_scale = model, dict(transformer_config), int(vae_scale)
+        self.temporal_scale = temporal_scale
         if trains_on not in _UPDATES:
             raise ValueError(f"StageFlops: trains_on must be one of {list(_UPDATES)}, got {trains_on!r}")
         self.lora, self.ppo_epochs, self.trains_on = lora, ppo_epochs, trains_on
@@ -121,14 +139,21 @@ class StageFlops:
 
     @classmethod
     def for_folder(cls, path: str | pathlib.Path, **kwargs: Any) -> StageFlops | None:
-        """A counter for the pipeline folder `path`; None (logged once) when its model has no FLOPs formula."""
+        """A counter for the pipeline folder `path`; None (logged once) when its model or variant has no formula."""
         from verl_omni.models import adapter_for_folder
 
         adapter = adapter_for_folder(path)
         if adapter.name not in supported_models():
             logger.info("perf/flops: no FLOPs formula for model %r; FLOPs and MFU are not logged", adapter.name)
             return None
-        return cls(adapter.name, adapter.transformer_config, adapter.vae_scale_factor, **kwargs)
+        try:  # a variant the formula refuses (Wan image-to-video) is found here, not at the first step
+            forward_flops(adapter.name, adapter.transformer_config, image_tokens=1, text_tokens=1)
+        except ValueError as e:
+            logger.info("perf/flops: %s; FLOPs and MFU are not logged", e)
+            return None
+        temporal = getattr(adapter, "vae_scale_factor_temporal", None)  # video adapters only (Wan)
+        return cls(adapter.name, adapter.transformer_config, adapter.vae_scale_factor, temporal_scale=temporal,
+                   **kwargs)  # fmt: skip
 
     @classmethod
     def for_config(cls, config: Any, device: str) -> StageFlops | None:
@@ -164,7 +189,8 @@ class StageFlops:
 
         `update_batch` is what the update trained on when that is not `batch` (online DPO: the chosen/rejected rows).
         """
-        g = batch_geometry(batch, self.model, self.transformer_config, self.vae_scale)
+        g = batch_geometry(batch, self.model, self.transformer_config, self.vae_scale,
+                           temporal_scale=self.temporal_scale)  # fmt: skip
         step = self._step_forward(g)
         out: dict[str, float] = {}
         if "gen" in stages:

@@ -321,8 +321,9 @@ def _reshard_choice(
     if trains:
         adapter = engine.adapter
         try:
-            g = batch_geometry(batch, adapter.name, adapter.transformer_config, adapter.vae_scale_factor)
-        except KeyError as e:  # a model without a token formula (Wan), or a batch without the trajectory's keys
+            g = batch_geometry(batch, adapter.name, adapter.transformer_config, adapter.vae_scale_factor,
+                               temporal_scale=getattr(adapter, "vae_scale_factor_temporal", None))  # fmt: skip
+        except KeyError as e:  # a model without a token formula, or a batch without the trajectory's keys
             return ReshardChoice(True, f"the micro-batch's tokens are unknown ({e}); resharded to be safe")
         micro = actor.ppo_micro_batch_size_per_gpu or g["rows"]
         activations = activation_bytes(
