@@ -46,7 +46,8 @@
 #   models-sampling (issue 33): bench_logprob_pipeline.py on the `flux` and `wan` presets of trainer_workload_parts.py
 #            (log-prob sampling vs the stock __call__, target >= 0.95). Estimate: FLUX 3.3e12 FLOPs per image forward
 #            (verl_omni.models.flops: 2.5 B, 1024 + 128 tokens) x 8 images x 10 steps = 2.7e14 per call, 12 calls
-#            (2 warm-up + 2 x 5) = 3.2e15, 8 s at 400 TFLOP/s; Wan 7.2e13 per video forward (1.4 B, 14 040 tokens; by hand: flops.py has no Wan formula) x 4 videos x 10 steps x 2 (CFG) =
+#            (2 warm-up + 2 x 5) = 3.2e15, 8 s at 400 TFLOP/s; Wan 7.2e13 per video forward (verl_omni.models.flops:
+#            1.4 B, 14 040 video + 128 text tokens) x 4 videos x 10 steps x 2 (CFG) =
 #            5.7e15 per call, 12 calls = 6.9e16, 172 s; plus building the folders (~1 min): about 5 min in one call.
 #   models-trainer (issue 33): bench_trainer_run.py `--preset flux` (2 warm-up + 3 steps) then `--preset wan` (1 + 2),
 #            `default` variant, no baseline. Estimate: FLUX 16 images x (10 gen + 9 ref + 27 update) forwards x 3.3e12
