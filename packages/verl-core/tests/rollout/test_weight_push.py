@@ -57,18 +57,41 @@ def _served_equal(server, weights) -> bool:
     return all(torch.equal(served[n], t) for n, t in weights.items())
 
 
-def test_loopback_servers_get_the_segment_written_once_and_reused(server, llm):
+LOGGER = "verl_core.rollout.weight_push"
+SHM = {"shm_servers": 1.0, "cuda_ipc_servers": 0.0}
+HTTP = {"shm_servers": 0.0, "cuda_ipc_servers": 0.0}
+
+
+def _push_each(pusher: WeightPusher, server, llm, seeds, caplog) -> tuple[list[dict[str, float]], list[str]]:
+    """Pushes `random_state_dict(llm, seed)` per seed as the next version, each checked served; returns each push's
+    transport counts and the warnings `weight_push` logged meanwhile."""
+    outs = []
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for seed in seeds:
+            weights = random_state_dict(llm, seed=seed)
+            outs.append(_push(pusher, server, weights, server.weight_version + 1))
+            assert _served_equal(server, weights)
+    return outs, [r.getMessage() for r in caplog.records if r.name == LOGGER]
+
+
+@pytest.fixture
+def on_gpu(monkeypatch):
+    """`on_gpu(share_cuda)`: the pusher takes the weights for GPU tensors and shares them through `share_cuda`."""
+    from verl_core.rollout import weight_push
+
+    def arm(share_cuda) -> None:
+        monkeypatch.setattr(weight_push, "_on_gpu", lambda weights: True)
+        monkeypatch.setattr(weight_push, "share_cuda", share_cuda)
+
+    return arm
+
+
+def test_loopback_servers_get_the_segment_written_once_and_reused(server, llm, caplog):
     before = _segments()
     pusher = WeightPusher()
     updates, shm = _counters(server)
     try:
-        for seed in (1, 2):
-            weights = random_state_dict(llm, seed=seed)
-            assert _push(pusher, server, weights, server.weight_version + 1) == {
-                "shm_servers": 1.0,
-                "cuda_ipc_servers": 0.0,
-            }
-            assert _served_equal(server, weights)
+        assert _push_each(pusher, server, llm, (1, 2), caplog) == ([SHM, SHM], [])
         assert pusher.segment is not None and pusher.segment.generation == 2
         assert len(_segments() - before) == 1
     finally:
@@ -81,7 +104,7 @@ def test_transport_http_streams_to_loopback_servers_too(server, llm):
     pusher = WeightPusher("http")
     updates, shm = _counters(server)
     weights = random_state_dict(llm, seed=3)
-    assert _push(pusher, server, weights, server.weight_version + 1) == {"shm_servers": 0.0, "cuda_ipc_servers": 0.0}
+    assert _push(pusher, server, weights, server.weight_version + 1) == HTTP
     assert _served_equal(server, weights) and pusher.segment is None
     assert _counters(server) == (updates + 1, shm)
 
@@ -94,26 +117,17 @@ def test_no_room_for_the_segment_warns_once_and_falls_back_to_http(server, llm, 
     before = _segments()
     pusher = WeightPusher()
     updates, shm = _counters(server)
-    with caplog.at_level(logging.WARNING, logger="verl_core.rollout.weight_push"):
-        for seed in (4, 5):
-            weights = random_state_dict(llm, seed=seed)
-            assert _push(pusher, server, weights, server.weight_version + 1) == {
-                "shm_servers": 0.0,
-                "cuda_ipc_servers": 0.0,
-            }
-            assert _served_equal(server, weights)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_core.rollout.weight_push"]
+    outs, warnings = _push_each(pusher, server, llm, (4, 5), caplog)
+    assert outs == [HTTP, HTTP]
     assert len(warnings) == 1 and handoff_dir() in warnings[0] and "No space left" in warnings[0], warnings
     assert _counters(server) == (updates + 2, shm)
     assert _segments() == before
     pusher.close()
 
 
-def test_a_server_that_cannot_open_the_gpu_handles_gets_the_segment_from_then_on(server, llm, monkeypatch, caplog):
+def test_a_server_that_cannot_open_the_gpu_handles_gets_the_segment_from_then_on(server, llm, on_gpu, caplog):
     """The fallback of a CUDA IPC push (real server and HTTP; the GPU side stood in): this CPU server answers 422
     `device_uuid`, the pusher warns once naming it, serves it through the segment and never offers it handles again."""
-    from verl_core.rollout import weight_push
-
     shared = []
 
     def share_cuda(weights):
@@ -132,47 +146,32 @@ def test_a_server_that_cannot_open_the_gpu_handles_gets_the_segment_from_then_on
         manifest = [{"name": "x", "dtype": "float32", "shape": [1], "storage": 0, "offset": 0}]
         return {"device_uuid": "GPU-not-here", "storages": [storage], "manifest": manifest}  # fmt: skip
 
-    monkeypatch.setattr(weight_push, "_on_gpu", lambda weights: True)
-    monkeypatch.setattr(weight_push, "share_cuda", share_cuda)
+    on_gpu(share_cuda)
     pusher = WeightPusher()
     assert pusher.wants_device_tensors([server.address])
     updates, shm = _counters(server)
     try:
-        with caplog.at_level(logging.WARNING, logger="verl_core.rollout.weight_push"):
-            for seed in (6, 7):
-                weights = random_state_dict(llm, seed=seed)
-                assert _push(pusher, server, weights, server.weight_version + 1) == {
-                    "shm_servers": 1.0,
-                    "cuda_ipc_servers": 0.0,
-                }
-                assert _served_equal(server, weights)
+        outs, warnings = _push_each(pusher, server, llm, (6, 7), caplog)
     finally:
         pusher.close()
+    assert outs == [SHM, SHM]
     assert len(shared) == 1 and not pusher.wants_device_tensors([server.address])
-    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_core.rollout.weight_push"]
     assert len(warnings) == 1 and server.address in warnings[0] and "CUDA" in warnings[0], warnings
     assert _counters(server) == (updates + 2, shm + 2)
     assert "weight_updates_cuda_ipc" not in server.metrics_snapshot()["counters"]
 
 
-def test_gpu_memory_that_cannot_be_shared_warns_once_and_uses_the_segment(server, llm, monkeypatch, caplog):
-    from verl_core.rollout import weight_push
-
+def test_gpu_memory_that_cannot_be_shared_warns_once_and_uses_the_segment(server, llm, on_gpu, caplog):
     def share_cuda(weights):
         raise RuntimeError("expandable segments cannot be shared")
 
-    monkeypatch.setattr(weight_push, "_on_gpu", lambda weights: True)
-    monkeypatch.setattr(weight_push, "share_cuda", share_cuda)
+    on_gpu(share_cuda)
     pusher = WeightPusher()
     try:
-        with caplog.at_level(logging.WARNING, logger="verl_core.rollout.weight_push"):
-            for seed in (8, 9):
-                weights = random_state_dict(llm, seed=seed)
-                assert _push(pusher, server, weights, server.weight_version + 1)["shm_servers"] == 1.0
-                assert _served_equal(server, weights)
+        outs, warnings = _push_each(pusher, server, llm, (8, 9), caplog)
     finally:
         pusher.close()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "verl_core.rollout.weight_push"]
+    assert outs == [SHM, SHM]
     assert len(warnings) == 1 and "expandable segments" in warnings[0], warnings
 
 
@@ -181,7 +180,7 @@ def test_an_unknown_transport_is_an_error_naming_the_key():
         WeightPusher("nccl")
 
 
-def test_pushes_reuse_one_client_per_server_until_close(server, llm, monkeypatch):
+def test_pushes_reuse_one_client_per_server_until_close(server, llm, monkeypatch, caplog):
     """One client (one keep-alive connection) per server from push to push, on the pusher's loop thread."""
     import threading
 
@@ -196,10 +195,7 @@ def test_pushes_reuse_one_client_per_server_until_close(server, llm, monkeypatch
 
     monkeypatch.setattr(weight_push, "RolloutClient", Counting)
     pusher = WeightPusher("http")
-    for seed in (6, 7, 8):
-        weights = random_state_dict(llm, seed=seed)
-        _push(pusher, server, weights, server.weight_version + 1)
-        assert _served_equal(server, weights)
+    assert _push_each(pusher, server, llm, (6, 7, 8), caplog) == ([HTTP] * 3, [])
     assert made == [server.address]
     thread = pusher._thread
     assert thread in threading.enumerate()
