@@ -14,36 +14,34 @@ from verl_migrate.rule_base import register
 #: the rules run against this project's config only
 _PROJECT = (("trainer.mode", "colocated"),)
 
-register(
-    RenameKey(
-        id="v1-separate-async-mode",
-        since="0.2.0",
-        summary="`trainer.v1.trainer_mode: separate_async` becomes `trainer.mode: separate`.",
-        when_target=_PROJECT,
-        old="trainer.v1.trainer_mode",
-        new="trainer.mode",
-        values=(("separate_async", "separate"),),
-    )
+#: (id, upstream key, this project's key, `(old value, new value)` pairs: only these values move, renamed)
+_V1_KEYS = (
+    ("v1-separate-async-mode", "trainer.v1.trainer_mode", "trainer.mode", (("separate_async", "separate"),)),
+    (
+        "v1-parameter-sync-step",
+        "trainer.v1.separate_async.parameter_sync_step",
+        "trainer.separate.parameter_sync_step",
+        (),
+    ),
+    (
+        "v1-max-off-policy-threshold",
+        "trainer.v1.sampler.max_off_policy_threshold",
+        "trainer.separate.max_off_policy_threshold",
+        (),
+    ),
 )
 
-register(
-    RenameKey(
-        id="v1-parameter-sync-step",
-        since="0.2.0",
-        summary="`trainer.v1.separate_async.parameter_sync_step` moved to `trainer.separate.parameter_sync_step`.",
-        when_target=_PROJECT,
-        old="trainer.v1.separate_async.parameter_sync_step",
-        new="trainer.separate.parameter_sync_step",
+for _id, _old, _new, _values in _V1_KEYS:
+    register(
+        RenameKey(
+            id=_id,
+            since="0.2.0",
+            summary=(
+                "".join(f"`{_old}: {a}` becomes `{_new}: {b}`." for a, b in _values) or f"`{_old}` moved to `{_new}`."
+            ),
+            when_target=_PROJECT,
+            old=_old,
+            new=_new,
+            values=_values,
+        )
     )
-)
-
-register(
-    RenameKey(
-        id="v1-max-off-policy-threshold",
-        since="0.2.0",
-        summary="`trainer.v1.sampler.max_off_policy_threshold` moved to `trainer.separate.max_off_policy_threshold`.",
-        when_target=_PROJECT,
-        old="trainer.v1.sampler.max_off_policy_threshold",
-        new="trainer.separate.max_off_policy_threshold",
-    )
-)
