@@ -1,4 +1,4 @@
-"""`verl_omni.engine.auto_settings`: what `compile_blocks: null` and `reshard_after_forward: null` resolve to."""
+"""`verl_omni.engine.auto_settings`: what `compile_blocks`, `reshard_after_forward`, `cudnn_sdpa: null` resolve to."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from verl_omni.engine.auto_settings import (
     activation_bytes,
     choose_reshard_after_forward,
     resolve_compile_blocks,
+    resolve_cudnn_sdpa,
 )
+from verl_omni.models import get_class
 
 GIB = 2**30
 
@@ -61,3 +63,21 @@ def test_an_engine_built_with_null_reshard_after_forward_reshards_every_unit(mak
     units = [m for m in engine.module.modules() if isinstance(m, FSDPModule)]
     assert engine.module in units and len(units) > 1
     assert all(g.post_forward_mesh_info is not None for m in units for g in m._get_fsdp_state()._fsdp_param_groups)
+
+
+@pytest.mark.parametrize(("model", "value", "training", "enabled", "said"), [
+    pytest.param("flux", None, True, False, "the flux adapter turns it off for training", id="flux-training"),
+    pytest.param("flux", None, False, True, "a forward-only engine keeps it", id="flux-reference"),
+    pytest.param("sd3", None, True, True, "the sd3 adapter allows it in training", id="sd3-training"),
+    pytest.param("flux", True, True, True, "actor.fsdp_config.cudnn_sdpa=true", id="flux-key-true"),
+    pytest.param("sd3", False, False, False, "ref.fsdp_config.cudnn_sdpa=false", id="sd3-reference-key-false"),
+])  # fmt: skip
+def test_resolve_cudnn_sdpa_takes_the_adapters_choice_unless_the_key_is_set(model, value, training, enabled, said):
+    choice = resolve_cudnn_sdpa(value, get_class(model), training=training)
+    assert choice.enabled is enabled and said in choice.reason
+    assert choice.key == f"actor_rollout_ref.{'actor' if training else 'ref'}.fsdp_config.cudnn_sdpa"
+
+
+def test_resolve_cudnn_sdpa_refuses_a_bad_value_naming_the_key():
+    with pytest.raises(ValueError, match=r"actor_rollout_ref\.actor\.fsdp_config\.cudnn_sdpa: expected true, false"):
+        resolve_cudnn_sdpa("auto", get_class("flux"), training=True)

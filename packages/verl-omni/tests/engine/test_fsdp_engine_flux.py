@@ -75,3 +75,33 @@ def test_flux_default_shards_both_block_lists_and_double_only_warns(make_engine,
         engine = make_engine(path=tiny_flux_path, model={"fsdp_layer_prefixes": ["transformer_blocks."]})
     assert engine.num_sharded_blocks == 2
     assert "single_transformer_blocks. (2 × FluxSingleTransformerBlock)" in caplog.text
+
+
+@pytest.fixture
+def cudnn_sdp_calls(monkeypatch):
+    """The calls of `torch.backends.cuda.enable_cudnn_sdp` (recorded, not applied; the flag reads as on)."""
+    calls: list[bool] = []
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", calls.append)
+    monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: not calls or calls[-1])
+    return calls
+
+
+@pytest.mark.parametrize(("model", "fsdp", "calls"), [
+    pytest.param("flux", {}, [False], id="flux-off"),
+    pytest.param("flux", {"cudnn_sdpa": True}, [], id="flux-key-keeps-it"),
+    pytest.param("sd3", {}, [], id="sd3-keeps-it"),
+    pytest.param("flux", {"forward_only": True}, [], id="flux-reference-keeps-it"),
+])  # fmt: skip
+def test_a_flux_training_engine_turns_cudnn_sdpa_off_once_for_its_process(
+    make_engine, tiny_flux_path, tiny_sd3_path, cudnn_sdp_calls, caplog, model, fsdp, calls
+):
+    path = tiny_flux_path if model == "flux" else tiny_sd3_path
+    actor = _actor(fsdp=fsdp)
+    with caplog.at_level("INFO", logger="verl_omni.engine.auto_settings"):
+        make_engine(path=path, actor=actor, model={})
+        make_engine(path=path, actor=actor, model={})  # a second engine in the process: the call, no second line
+    assert cudnn_sdp_calls == calls * 2
+    said = [r.getMessage() for r in caplog.records if "cuDNN SDPA" in r.getMessage()]
+    assert len(said) == len(calls)
+    if calls:
+        assert "actor_rollout_ref.actor.fsdp_config.cudnn_sdpa=null: the flux adapter turns it off" in said[0]

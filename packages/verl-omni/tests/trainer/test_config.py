@@ -98,6 +98,8 @@ _SEPARATE = [
          r"actor_rollout_ref\.actor\.fsdp_config\.compile_blocks: expected bool \| None, got str 'maybe'"),
         (["actor_rollout_ref.ref.fsdp_config.compile_blocks=3"], ConfigTypeError,
          r"actor_rollout_ref\.ref\.fsdp_config\.compile_blocks: expected bool \| None, got int 3"),
+        (["actor_rollout_ref.actor.fsdp_config.cudnn_sdpa=auto"], ConfigTypeError,
+         r"actor_rollout_ref\.actor\.fsdp_config\.cudnn_sdpa: expected bool \| None, got str 'auto'"),
         (["+global_profiler.tool=nsys"], ConfigKeyError, r"global_profiler: the profiler is not implemented"),
         (["+actor_rollout_ref.actor.use_distill_loss=true"], ConfigKeyError,
          r"actor_rollout_ref\.actor\.use_distill_loss: diffusion distillation is not implemented"),

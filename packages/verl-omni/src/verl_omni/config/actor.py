@@ -130,6 +130,13 @@ class FSDPEngineConfig(BaseConfig):
             before sharding; the first steps pay the compile time. null (default): on when the engine's device is
             CUDA, off on the CPU, as the rollout's `engine_kwargs.diffusers.compile_blocks`. Not verl's
             `use_torch_compile` (an LLM entropy kernel).
+        cudnn_sdpa (`bool`, *optional*): whether this engine's process may use PyTorch's cuDNN backend of
+            `scaled_dot_product_attention`. false: the engine turns it off for its whole process
+            (`torch.backends.cuda.enable_cudnn_sdp(False)`, before any block is compiled; SDPA then picks flash or
+            memory-efficient attention) and logs it; true: leaves PyTorch's backend choice alone. null (default): the
+            model adapter's `cudnn_sdpa_in_training` for a training engine (false for FLUX, whose backward fails in
+            cuDNN's fused attention, pytorch/pytorch#134001), true for a forward-only (reference) engine. The
+            rollout servers' processes are not touched.
         fsdp_size (`int`): shard group size; -1 = all ranks (only -1 or the world size are supported).
         forward_prefetch (`bool`): accepted for compatibility; FSDP2 prefetches one block by default.
         forward_only (`bool`): build no optimizer (reference / log-prob-only engine).
@@ -148,6 +155,7 @@ class FSDPEngineConfig(BaseConfig):
     optimizer_offload: bool = False
     reshard_after_forward: bool | None = None
     compile_blocks: bool | None = None
+    cudnn_sdpa: bool | None = None
     fsdp_size: int = -1
     forward_prefetch: bool = False
     forward_only: bool = False

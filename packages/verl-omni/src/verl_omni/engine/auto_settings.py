@@ -1,4 +1,4 @@
-"""The fast path by default: what `fsdp_config.compile_blocks: null` and `reshard_after_forward: null` resolve to.
+"""Defaults decided at run time: what `fsdp_config.compile_blocks`, `reshard_after_forward`, `cudnn_sdpa: null` mean.
 
 `compile_blocks: null` compiles the transformer blocks on CUDA and not on the CPU, as the `diffusers` rollout does
 (`engine_kwargs.diffusers.compile_blocks`): the compile costs tens of seconds once and pays back within a few steps
@@ -16,21 +16,31 @@ layer in bf16, the usual estimate for a transformer layer with a fused attention
 gradient checkpointing) and `gradients` the rank's fp32 shard of the trainable ones (LoRA: the adapter's). Half the free
 memory leaves room for the allocator's fragmentation, the optimizer step and the rollout waking up. On the CPU
 (gloo), or when the free memory is unknown, it reshards (True). An explicit true/false always decides.
+
+`cudnn_sdpa: null` is the model adapter's `cudnn_sdpa_in_training` for a training engine (False for FLUX: cuDNN's
+fused attention backward fails in its compiled blocks, pytorch/pytorch#134001) and True for a forward-only one;
+`disable_cudnn_sdpa` applies a False to the process (`torch.backends.cuda.enable_cudnn_sdp(False)`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
     "KEEP_BUDGET",
+    "CudnnSdpaChoice",
     "ReshardChoice",
     "activation_bytes",
     "choose_reshard_after_forward",
+    "disable_cudnn_sdpa",
     "resolve_compile_blocks",
+    "resolve_cudnn_sdpa",
 ]
+
+logger = logging.getLogger(__name__)
 
 KEEP_BUDGET = 0.5
 """Fraction of the free device memory that the gathered model, activations and gradients may take to keep params."""
@@ -116,3 +126,59 @@ def choose_reshard_after_forward(
     verdict = "fits" if keep else "does not fit"
     reason = f"gathered model + activations + gradients {verdict} in {budget:.0%} of the free memory"
     return ReshardChoice(not keep, reason, free_bytes, gathered_bytes, activation_bytes, grad_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class CudnnSdpaChoice:
+    """The resolved `fsdp_config.cudnn_sdpa`: whether the process may keep cuDNN SDPA, why, and the key that decides."""
+
+    enabled: bool
+    reason: str
+    key: str
+
+
+def resolve_cudnn_sdpa(value: Any, adapter: Any, *, training: bool) -> CudnnSdpaChoice:
+    """Resolve `fsdp_config.cudnn_sdpa` (see the module docstring for the rule).
+
+    Args:
+        value (`bool`, *optional*): the configured value; true/false decide, None takes the default.
+        adapter (`DiffusionModelBase`): the model adapter (its `cudnn_sdpa_in_training` and `name`).
+        training (`bool`): a training engine (the actor's) rather than a forward-only one (the reference's).
+
+    Raises:
+        ValueError: `value` is not a bool or None (names the key).
+    """
+    key = f"actor_rollout_ref.{'actor' if training else 'ref'}.fsdp_config.cudnn_sdpa"
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{key}: expected true, false or null (the model's choice), got {value!r}")
+    if value is not None:
+        return CudnnSdpaChoice(value, f"{key}={str(value).lower()}", key)
+    if not training:
+        return CudnnSdpaChoice(True, f"{key}=null: a forward-only engine keeps it", key)
+    allowed = bool(getattr(adapter, "cudnn_sdpa_in_training", True))
+    name = getattr(adapter, "name", "") or type(adapter).__name__
+    if allowed:
+        return CudnnSdpaChoice(True, f"{key}=null: the {name} adapter allows it in training", key)
+    why = "its attention backward fails in cuDNN's fused kernel, pytorch/pytorch#134001"
+    return CudnnSdpaChoice(False, f"{key}=null: the {name} adapter turns it off for training ({why})", key)
+
+
+def disable_cudnn_sdpa(choice: CudnnSdpaChoice) -> None:
+    """Turn cuDNN's SDPA backend off for this process when `choice` says so; log it once (when the flag flips).
+
+    The flag is process-wide and steers only CUDA's `scaled_dot_product_attention`; it must be off before any
+    block is compiled (inductor bakes the backend chosen while tracing into the graph). Never turns it back on.
+    """
+    import torch
+
+    if choice.enabled:
+        return
+    was_on = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    if was_on:
+        logger.info(
+            "cuDNN SDPA backend off in this process (attention uses flash / memory-efficient kernels): %s; "
+            "set %s=true to keep it",
+            choice.reason,
+            choice.key,
+        )

@@ -20,6 +20,7 @@ from torch import nn
 
 from verl_omni.algos import loss_spec
 from verl_omni.config import DiffusionActorConfig, DiffusionModelConfig, torch_dtype_name
+from verl_omni.engine.auto_settings import disable_cudnn_sdpa, resolve_cudnn_sdpa
 from verl_omni.engine.batching import micro_batches, to_device, trained_rows
 from verl_omni.engine.checkpoint import load_engine_checkpoint, save_engine_checkpoint
 from verl_omni.engine.distributed import default_device, ensure_process_group, make_mesh
@@ -46,6 +47,8 @@ class DiffusersFSDPEngine:
       the AdamW step on the CPU); `fsdp_config.optimizer_offload` → AdamW state parked on the CPU between updates.
     * LoRA: `model.lora_rank > 0` (peft; rank, alpha, init, target/exclude modules); 0 = full fine-tuning.
     * Gradient checkpointing: `model.enable_gradient_checkpointing`.
+    * Attention backend: `fsdp_config.cudnn_sdpa` (null: the adapter's `cudnn_sdpa_in_training`) false turns
+      PyTorch's cuDNN SDPA backend off for the whole process, before any block is compiled.
     * Backend: gloo on the CPU, NCCL on CUDA; launched by `torchrun` or by Ray workers with the same env vars.
 
     The sampler settings that change the transition density (`sde_type`, `cps_logprob`, `noise_level`, guidance,
@@ -91,6 +94,9 @@ class DiffusersFSDPEngine:
         if fsdp.full_determinism:
             torch.use_deterministic_algorithms(True)
         self.param_dtype = getattr(torch, torch_dtype_name(fsdp.dtype))
+        # cuDNN's SDPA backend: off for the process when the model's training needs it (before any compile)
+        self.cudnn_sdpa = resolve_cudnn_sdpa(fsdp.cudnn_sdpa, adapter, training=not self.forward_only)
+        disable_cudnn_sdpa(self.cudnn_sdpa)
 
         # 2. master dtype, attention backend, LoRA / full fine-tuning, gradient checkpointing
         master_dtype = getattr(torch, torch_dtype_name(fsdp.model_dtype))

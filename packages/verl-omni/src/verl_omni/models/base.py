@@ -105,6 +105,9 @@ class DiffusionModelBase(abc.ABC):
     #: default of `actor_rollout_ref.model.fsdp_layer_prefixes`: the module lists whose children (the transformer
     #: blocks) the FSDP2 engine shards one by one; an explicit config value wins
     fsdp_layer_prefixes: ClassVar[tuple[str, ...]] = ("transformer_blocks.",)
+    #: default of `actor.fsdp_config.cudnn_sdpa`: whether a training process may keep PyTorch's cuDNN backend of
+    #: `scaled_dot_product_attention` (False: the engine turns it off, SDPA uses flash / memory-efficient attention)
+    cudnn_sdpa_in_training: ClassVar[bool] = True
 
     def __init__(self, transformer_config: dict, vae_config: dict, scheduler_config: dict) -> None:
         self.transformer_config = dict(transformer_config)
