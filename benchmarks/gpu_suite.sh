@@ -36,7 +36,8 @@
 #            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+eager-rollout`).
 #            (`--variants compile+perprompt+http` gives the defaults before the grouped requests and the shm segment.)
 #   vllm:    the vLLM and vLLM-Omni GPU tests (verl-core's ServerContractSuite on vLLMHttpServer with a tiny Qwen2,
-#            on vLLMOmniHttpServer with tiny Qwen-Image and SD3; the in-memory LoRA through the hijack); needs the
+#            on vLLMOmniHttpServer with tiny Qwen-Image, SD3, FLUX and Wan (FLUX / Wan not yet run on a GPU); the
+#            in-memory LoRA through the hijack on Qwen-Image, FLUX and Wan); needs the
 #            vLLM bundle: `source benchmarks/device_env.sh` first (its header says how the bundles travel)
 #   vllm-trainer: verl-omni-train on rollout.name=vllm_omni for 3 steps (colocated, LoRA sync), tiny Qwen-Image
 #   reward-model: the vLLM chat route on a tiny Qwen2.5-VL (images, same answers as vLLM's own app, sleep/wake), the OCR
@@ -127,7 +128,7 @@ for phase in "$@"; do
                  CUDA_VISIBLE_DEVICES=0 run bench-lora-sync-$preset python3 benchmarks/bench_lora_sync.py \
                    --device cuda --preset $preset --out "$out"
                done ;;
-    vllm) run gpu-vllm timeout -k 10 "${VLLM_TESTS_TIMEOUT:-1200}" python3 -m pytest -p no:cacheprovider -m gpu -v -rs \
+    vllm) run gpu-vllm timeout -k 10 "${VLLM_TESTS_TIMEOUT:-2400}" python3 -m pytest -p no:cacheprovider -m gpu -v -rs \
             packages/verl-core/tests/rollout/test_gpu_backends.py packages/verl-omni/tests/rollout/test_vllm_omni_gpu.py ;;
     vllm-trainer) VERL_TEST_RAY_LOGS=1 run gpu-vllm-trainer timeout -k 10 "${VLLM_TRAINER_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k vllm_omni \
                     packages/verl-omni/tests/trainer/test_trainer_gpu.py ;;

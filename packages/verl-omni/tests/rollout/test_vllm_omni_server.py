@@ -42,38 +42,81 @@ def test_pipeline_qualname_names_known_models():
     from verl_omni.rollout.vllm_omni.pipelines import pipeline_qualname
 
     assert pipeline_qualname("sd3").endswith("pipelines.SD3LogProbOmniPipeline")
-    with pytest.raises(
-        KeyError, match=r"^model name: unknown vLLM-Omni log-prob pipeline 'flux'; registered: qwen_image, sd3$"
-    ):
-        pipeline_qualname("flux")
+    assert pipeline_qualname("flux").endswith("pipelines.FluxLogProbOmniPipeline")
+    assert pipeline_qualname("wan").endswith("pipelines.WanLogProbOmniPipeline")
+    want = r"^model name: unknown vLLM-Omni log-prob pipeline 'ltx'; registered: flux, qwen_image, sd3, wan$"
+    with pytest.raises(KeyError, match=want):
+        pipeline_qualname("ltx")
 
 
-@pytest.mark.parametrize("model", ["flux", "wan"])
-def test_check_served_model_refuses_flux_and_wan_naming_the_served_models(model):
+def test_check_served_model_serves_flux_and_wan_from_026_and_refuses_the_rest():
     from verl_omni.rollout.vllm_omni.pipelines import PIPELINE_CLASSES
     from verl_omni.rollout.vllm_omni.served import SERVED_MODELS, check_served_model
 
-    assert tuple(PIPELINE_CLASSES) == SERVED_MODELS
-    for served in ("qwen_image", "sd3"):
-        check_served_model(served)  # no error
+    assert tuple(PIPELINE_CLASSES) == SERVED_MODELS == ("qwen_image", "sd3", "flux", "wan")
+    for served in SERVED_MODELS:
+        check_served_model(served, installed="0.26.0")  # no error
+        check_served_model(served, installed="")  # vllm-omni not installed: the server's import error says so
+    check_served_model("qwen_image", installed="0.18.0")
+    check_served_model("wan", installed="0.30.1rc1")
     with pytest.raises(
         ValueError,
-        match=rf"rollout\.name=vllm_omni: .* cannot serve model '{model}' \(Cls, /m\): verl-omni has no vLLM-Omni "
-        r"log-prob pipeline for it; it serves qwen_image, sd3 \(vllm-omni is not installed\)\. Use .*name=diffusers",
+        match=r"rollout\.name=vllm_omni: .* cannot serve model 'flux' \(Cls, /m\): its log-prob pipeline is written "
+        r"for vllm-omni >= 0\.26 \(vllm-omni 0\.24\.0 is installed\)\. Install .*or use .*name=diffusers",
     ):
-        check_served_model(model, "Cls", "/m")
+        check_served_model("flux", "Cls", "/m", installed="0.24.0")
+    with pytest.raises(
+        ValueError,
+        match=r"cannot serve model 'ltx' \(Cls, /m\): verl-omni has no vLLM-Omni log-prob pipeline for it; it serves "
+        r"qwen_image, sd3, flux, wan \(vllm-omni is not installed\)\. Use .*name=diffusers",
+    ):
+        check_served_model("ltx", "Cls", "/m", installed="")
 
 
-@pytest.mark.parametrize("fixture", ["tiny_flux_path", "tiny_wan_path"])
-def test_constructing_on_flux_or_wan_is_refused_naming_the_installed_version(fixture, request, monkeypatch):
-    """With a supported pair installed (faked), the server refuses the model before building any engine."""
+@pytest.mark.parametrize(
+    ("index", "folder", "reason"),
+    [
+        ({"transformer_2": ["diffusers", "WanTransformer3DModel"]}, False, r"second expert \(transformer_2\)"),
+        ({}, True, r"second expert \(transformer_2\)"),
+        ({"boundary_ratio": 0.875}, False, r"expert switch \(boundary_ratio=0\.875\)"),
+        ({"expand_timesteps": True}, False, r"TI2V's per-token timesteps \(expand_timesteps\)"),
+    ],
+)
+def test_check_served_model_refuses_wan22_folders_naming_why(index, folder, reason, tmp_path):
+    import json
+
+    from verl_omni.rollout.vllm_omni.served import check_served_model
+
+    base = {"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"],
+            "transformer_2": [None, None]}  # fmt: skip
+    (tmp_path / "model_index.json").write_text(json.dumps(base))
+    check_served_model("wan", "WanPipeline", str(tmp_path), installed="0.26.0")  # Wan 2.1: served
+    (tmp_path / "model_index.json").write_text(json.dumps({**base, **index}))
+    if folder:
+        (tmp_path / "transformer_2").mkdir()
+    with pytest.raises(ValueError, match=rf"cannot serve model 'wan' \(WanPipeline, .*\): Wan 2\.2('s)? {reason}.*not "
+                       r"supported; the Wan pipeline samples Wan 2\.1 folders"):  # fmt: skip
+        check_served_model("wan", "WanPipeline", str(tmp_path), installed="0.26.0")
+
+
+@pytest.mark.parametrize(("fixture", "cls"), [("tiny_flux_path", "Flux"), ("tiny_wan_path", "Wan")])
+def test_constructing_on_flux_or_wan_picks_its_pipeline_and_refuses_releases_before_026(fixture, cls, request,
+                                                                                       monkeypatch):  # fmt: skip
+    """With a supported pair installed (faked), FLUX / Wan get their log-prob pipeline on 0.26; on 0.24 the server
+    refuses the model before building any engine, naming the installed version."""
     folder = request.getfixturevalue(fixture)
+    config = RolloutConfig(model={"path": str(folder)}, name="vllm_omni")
     monkeypatch.setattr(compat, "_installed", {"vllm-omni": "0.26.0", "vllm": "0.26.0"}.__getitem__)
     compat.require.cache_clear()
     try:
-        with pytest.raises(ValueError, match=r"cannot serve model '(flux|wan)' \((Flux|Wan)Pipeline, .*serves "
-                           r"qwen_image, sd3 \(vllm-omni 0\.26\.0 is installed\)"):  # fmt: skip
-            get_backend("vllm_omni")(RolloutConfig(model={"path": str(folder)}, name="vllm_omni"))
+        server = get_backend("vllm_omni")(config)
+        pipeline = server.engine_args()["custom_pipeline_args"]["pipeline_class"]
+        assert pipeline == f"verl_omni.rollout.vllm_omni.pipelines.{cls}LogProbOmniPipeline"
+        monkeypatch.setattr(compat, "_installed", {"vllm-omni": "0.24.0", "vllm": "0.24.0"}.__getitem__)
+        compat.require.cache_clear()
+        with pytest.raises(ValueError, match=rf"cannot serve model '{cls.lower()}' \({cls}Pipeline, .*written for "
+                           r"vllm-omni >= 0\.26 \(vllm-omni 0\.24\.0 is installed\)"):  # fmt: skip
+            get_backend("vllm_omni")(config)
     finally:
         compat.require.cache_clear()
 

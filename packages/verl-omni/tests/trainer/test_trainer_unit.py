@@ -200,15 +200,31 @@ def test_request_overhead_counts_each_request_once():
 
 
 @pytest.mark.parametrize("fixture", ["tiny_flux_path", "tiny_wan_path"])
-def test_preflight_refuses_vllm_omni_with_a_model_it_cannot_serve(fixture, request, tmp_path):
-    """`rollout.name=vllm_omni` on FLUX / Wan fails in the driver, naming the model and the served ones."""
+def test_preflight_checks_that_vllm_omni_serves_the_model(fixture, request, tmp_path, monkeypatch):
+    """`rollout.name=vllm_omni` on FLUX / Wan passes the driver's check with vllm-omni 0.26 and fails on 0.24 (their
+    pipelines are written for 0.26), naming the model and the installed version; a Wan 2.2 folder fails too."""
+    import shutil
+    from types import SimpleNamespace
+
+    from verl_omni.rollout.vllm_omni import served
     from verl_omni.trainer.components import preflight
 
     folder = request.getfixturevalue(fixture)
     argv = [f"actor_rollout_ref.model.path={folder}", "actor_rollout_ref.rollout.name=vllm_omni",
             f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"trainer.run_dir={tmp_path / 'run'}"]  # fmt: skip
-    with pytest.raises(ValueError, match=r"rollout\.name=vllm_omni: .*cannot serve model '(flux|wan)' \((Flux|Wan)"
-                       r"Adapter, .*\): verl-omni has no .*; it serves qwen_image, sd3"):  # fmt: skip
+    installed = {"vllm-omni": "0.26.0"}
+    monkeypatch.setattr(served, "metadata", SimpleNamespace(version=installed.__getitem__))
+    preflight(load_config(argv, config_name="quickstart"))
+    installed["vllm-omni"] = "0.24.0"
+    refused = (
+        r"rollout\.name=vllm_omni: .*cannot serve model '(flux|wan)' \((Flux|Wan)Adapter, .*\): its log-prob "
+        r"pipeline is written for vllm-omni >= 0\.26 \(vllm-omni 0\.24\.0"
+    )
+    with pytest.raises(ValueError, match=refused):
         preflight(load_config(argv, config_name="quickstart"))
-    ok = [f"actor_rollout_ref.model.path={folder}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
-    preflight(load_config(ok, config_name="quickstart"))  # the diffusers backend serves it
+    if fixture == "tiny_wan_path":
+        installed["vllm-omni"] = "0.26.0"
+        wan22 = shutil.copytree(folder, tmp_path / "wan22")
+        shutil.copytree(wan22 / "transformer", wan22 / "transformer_2")
+        with pytest.raises(ValueError, match=r"cannot serve model 'wan' .*Wan 2\.2's second expert \(transformer_2\)"):
+            preflight(load_config([f"actor_rollout_ref.model.path={wan22}", *argv[1:]], config_name="quickstart"))

@@ -145,7 +145,7 @@ def preflight(config: DiffusionTrainerConfig) -> Prepared:
 
 
 def _check_rollout_serves_model(config: DiffusionTrainerConfig, folder: Any) -> None:
-    """`rollout.name=vllm_omni` with a model the vLLM-Omni backend has no pipeline for (FLUX, Wan 2.1): refused now."""
+    """`rollout.name=vllm_omni` with a model or folder the vLLM-Omni backend does not serve: refused now."""
     rollout = config.actor_rollout_ref.rollout
     if rollout.name != "vllm_omni":
         return

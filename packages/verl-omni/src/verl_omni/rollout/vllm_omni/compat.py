@@ -24,6 +24,7 @@ __all__ = [
     "build_diffusion_output",
     "detect",
     "features",
+    "media_output",
     "minor",
     "read_request_output",
     "request_items",
@@ -207,12 +208,14 @@ def create_engine(kwargs: dict[str, Any]) -> Any:
 def envelope_post_processing(runtime: OmniRuntime, model_class_name: str) -> bool:
     """Let the served model's image post-processing take the output envelope the log-prob pipelines return.
 
-    From 0.26 the pipelines return `{"payload": {"image": ...}, "metadata": {...}}` (`build_diffusion_output`).
-    Qwen-Image's post-processing unwraps it; SD3's (0.26) does not and every request fails with "Input for
-    postprocessing is in incorrect format: <class 'dict'>". The factory that vLLM-Omni's registry
+    From 0.26 the pipelines return `{"payload": {"image": ...}, "metadata": {...}}` (`"video"` for Wan;
+    `build_diffusion_output`). Qwen-Image's post-processing unwraps it; SD3's and FLUX's (0.26) take tensors only
+    (every SD3 request failed with "Input for postprocessing is in incorrect format: <class 'dict'>"), and Wan's
+    takes a tensor and returns an envelope of its own. The factory that vLLM-Omni's registry
     (`_DIFFUSION_POST_PROCESS_FUNCS`) names for `model_class_name` is wrapped in its module, in this process (where
-    the engine's post-processing is built): the function it makes applies to `payload["image"]` and passes the
-    metadata on. Idempotent; returns whether a factory is now wrapped.
+    the engine's post-processing is built): the function it makes applies to `payload["video"]` or
+    `payload["image"]`, merges an envelope it returns, and passes the pipeline's metadata on. Idempotent; returns
+    whether a factory is now wrapped.
     """
     if not runtime.has("output_envelope"):
         return False
@@ -248,9 +251,18 @@ def _envelope_factory(factory: Any) -> Any:
         def unwrap(images: Any, **kwargs: Any) -> Any:
             if isinstance(images, dict) and isinstance(images.get("payload"), dict):
                 payload = dict(images["payload"])
-                payload["image"] = inner(payload["image"], **kwargs)
+                key = "video" if "video" in payload else "image"
                 metadata = images.get("metadata")
-                return {"payload": payload, "metadata": metadata if isinstance(metadata, dict) else {}}
+                metadata = dict(metadata) if isinstance(metadata, dict) else {}
+                result = inner(payload[key], **kwargs)
+                if isinstance(result, dict) and isinstance(result.get("payload"), dict):  # Wan's returns an envelope
+                    del payload[key]
+                    payload.update(result["payload"])
+                    extra = result.get("metadata")
+                    metadata = {**(extra if isinstance(extra, dict) else {}), **metadata}
+                else:
+                    payload[key] = result
+                return {"payload": payload, "metadata": metadata}
             return inner(images, **kwargs)
 
         if "sampling_params" in inspect.signature(inner).parameters:  # the engine passes it only when named
@@ -317,16 +329,17 @@ def read_request_output(runtime: OmniRuntime, output: Any) -> tuple[dict[str, An
     return trajectory, ("abort" if reason == "abort" else "stop")
 
 
-def build_diffusion_output(runtime: OmniRuntime, images: Any, trajectory: dict[str, Any]) -> Any:
+def build_diffusion_output(runtime: OmniRuntime, images: Any, trajectory: dict[str, Any], video: bool = False) -> Any:
     """The `DiffusionOutput` a custom pipeline returns, in the layout the release forwards to the client.
 
-    `images` are uint8 `(B, 3, H, W)`; `trajectory` maps names to tensors with batch dim B (the server reads it
-    back, uint8 images included). The media output is the images as floats in [-1, 1], what the stock pipelines'
-    decode hands to vLLM-Omni's image post-processing.
+    `images` are uint8 `(B, 3, H, W)`, or with `video` uint8 videos `(B, F, 3, H, W)`; `trajectory` maps names to
+    tensors with batch dim B (the server reads it back, uint8 images included). The media output is the images as
+    floats in [-1, 1], what the stock pipelines' decode hands to vLLM-Omni's post-processing: images as they are,
+    videos as `(B, 3, F, H, W)` under the envelope's `"video"` key (what Wan's `vae.decode` returns).
     """
     from vllm_omni.diffusion.data import DiffusionOutput
 
-    media = images.float() / 127.5 - 1.0
+    media = media_output(images, video)
     kwargs: dict[str, Any] = {}
     if runtime.has("trajectory_fields"):
         kwargs.update(
@@ -337,8 +350,22 @@ def build_diffusion_output(runtime: OmniRuntime, images: Any, trajectory: dict[s
     if runtime.has("output_to_cpu"):
         kwargs["to_cpu"] = True
     if runtime.has("output_envelope"):
-        return DiffusionOutput(output={"payload": {"image": media}, "metadata": {_RL_KEY: trajectory}}, **kwargs)
+        key = "video" if video else "image"
+        return DiffusionOutput(output={"payload": {key: media}, "metadata": {_RL_KEY: trajectory}}, **kwargs)
     return DiffusionOutput(output=media, custom_output={_RL_KEY: trajectory}, **kwargs)
+
+
+def media_output(images: Any, video: bool = False) -> Any:
+    """uint8 images `(B, 3, H, W)` (videos `(B, F, 3, H, W)`) as the floats in [-1, 1] a stock decode returns.
+
+    Raises:
+        ValueError: `images` is not 4-D (5-D with `video`).
+    """
+    if images.dim() != (5 if video else 4):
+        what = "videos (B, F, 3, H, W)" if video else "images (B, 3, H, W)"
+        raise ValueError(f"images: expected uint8 {what}, got shape {tuple(images.shape)}")
+    media = images.float() / 127.5 - 1.0
+    return media.permute(0, 2, 1, 3, 4) if video else media
 
 
 def request_items(runtime: OmniRuntime, req: Any) -> list[tuple[Any, Any]]:

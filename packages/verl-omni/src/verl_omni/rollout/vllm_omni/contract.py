@@ -98,6 +98,8 @@ RELEASES: tuple[Release, ...] = (
 
 _AO = "vllm_omni.entrypoints.async_omni"
 _MANAGER = "vllm_omni.diffusion.lora.manager"
+_FLUX = "vllm_omni.diffusion.models.flux.pipeline_flux"
+_WAN = "vllm_omni.diffusion.models.wan2_2.pipeline_wan2_2"
 _WORKER = "vllm_omni.diffusion.worker.diffusion_worker"
 _DATA = "vllm_omni.diffusion.data"
 
@@ -241,6 +243,36 @@ EXPECTATIONS: tuple[Expect, ...] = (
     Expect("sd3-encode", "vllm_omni", "signature", "vllm_omni.diffusion.models.sd3.pipeline_sd3",
            "StableDiffusion3Pipeline.encode_prompt", ("prompt", "prompt_2", "prompt_3", "max_sequence_length"),
            why="the pipeline view encodes prompts with it"),
+    # FLUX.1 and Wan 2.1: written against 0.26.0's sources, not yet run on a GPU (docs/omni/vllm_omni.md)
+    Expect("flux-pipeline", "vllm_omni", "signature", _FLUX, "FluxPipeline.__init__", ("od_config", "prefix"),
+           since="0.26", why="FluxLogProbOmniPipeline subclasses it"),
+    Expect("flux-pipeline-parts", "vllm_omni", "assigns", _FLUX, "FluxPipeline.__init__",
+           ("vae", "transformer", "device", "vae_scale_factor"), since="0.26", why="the pipeline view reads them"),
+    Expect("flux-encode", "vllm_omni", "signature", _FLUX, "FluxPipeline.encode_prompt",
+           ("prompt", "prompt_2", "num_images_per_prompt", "max_sequence_length"), since="0.26",
+           why="the pipeline view encodes prompts with it (no device keyword)"),
+    Expect("flux-transformer-forward", "vllm_omni", "signature", "vllm_omni.diffusion.models.flux.flux_transformer",
+           "FluxTransformer2DModel.forward", ("hidden_states", "encoder_hidden_states", "pooled_projections",
+           "timestep", "img_ids", "txt_ids", "guidance", "return_dict"), since="0.26",
+           why="FluxAdapter.velocity calls it with diffusers' keywords"),
+    Expect("flux-transformer-packed", "vllm_omni", "attrs", "vllm_omni.diffusion.models.flux.flux_transformer",
+           "FluxTransformer2DModel", ("packed_modules_mapping",), since="0.26",
+           why="PackedLoRAMappingMixin derives the LoRA manager's stacked_params_mapping from it"),
+    Expect("wan-pipeline", "vllm_omni", "signature", _WAN, "Wan22Pipeline.__init__", ("od_config", "prefix"),
+           since="0.26", why="WanLogProbOmniPipeline subclasses it"),
+    Expect("wan-pipeline-parts", "vllm_omni", "assigns", _WAN, "Wan22Pipeline.__init__",
+           ("vae", "transformer", "transformer_2", "device", "boundary_ratio", "expand_timesteps",
+            "vae_scale_factor_spatial"), since="0.26", why="the pipeline view reads them"),
+    Expect("wan-encode", "vllm_omni", "signature", _WAN, "Wan22Pipeline.encode_prompt",
+           ("prompt", "negative_prompt", "do_classifier_free_guidance", "num_videos_per_prompt",
+            "max_sequence_length", "device"), since="0.26", why="WanAdapter.encode_prompts calls it"),
+    Expect("wan-transformer-forward", "vllm_omni", "signature", "vllm_omni.diffusion.models.wan2_2.wan2_2_transformer",
+           "WanTransformer3DModel.forward", ("hidden_states", "timestep", "encoder_hidden_states", "return_dict"),
+           since="0.26", why="WanAdapter.velocity calls it with diffusers' keywords"),
+    Expect("flux-wan-registry", "vllm_omni", "strings", "vllm_omni.diffusion.registry",
+           names=("FluxPipeline", "WanPipeline", "Wan22Pipeline", "get_flux_post_process_func",
+                  "get_wan22_post_process_func"), since="0.26",
+           why="model_index class names served by the two pipelines; envelope_post_processing wraps their factories"),
     Expect("version-check", "vllm_omni", "symbol", "vllm_omni.version", "warn_if_misaligned_vllm_version", since="0.20",
            why="upstream only warns on a vllm major.minor mismatch; compat refuses it"),
     # ---- vLLM (the paired release): what BaseVLLMHttpServer, vLLMHttpServer and the LoRA path use --------------

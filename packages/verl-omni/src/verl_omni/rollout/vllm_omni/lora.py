@@ -247,15 +247,27 @@ def _target_suffix(module: str) -> str:
     return ".".join(parts[-2:]) if len(parts) > 1 and parts[-1].isdigit() else parts[-1]
 
 
+def _served_names(module: str) -> list[str]:
+    """vLLM-Omni's names for a diffusers module name: `attn.to_out.0` -> `attn.to_out`, `net.0` -> `net_0`."""
+    names = [module[:-2]] if module.endswith(".0") else []
+    parts = module.split(".")
+    for i in range(len(parts) - 1):
+        if parts[i] == "net" and parts[i + 1].isdigit():
+            names.append(".".join([*parts[:i], f"net_{parts[i + 1]}", *parts[i + 2 :]]))
+    return names
+
+
 def align_adapter(pipeline: Any, tensors: dict[str, Any], peft_config: dict[str, Any]) -> tuple[dict, dict]:
     """A diffusers/PEFT-named adapter renamed to the served pipeline's layers, with explicit `target_modules`.
 
-    Two differences between a trainer's diffusers transformer and vLLM-Omni's are bridged, both as vLLM-Omni's own
-    weight loader bridges them: diffusers keeps an attention output projection in a list (`attn.to_out.0`) where
-    vLLM-Omni has the layer itself (`attn.to_out`), and PEFT's `target_modules="all-linear"` is a keyword, which
-    vLLM-Omni's manager would read as a regular expression matching nothing. The latter is replaced by the name
-    suffixes of the modules the adapter carries, so exactly those layers are wrapped. Names that still bind no
-    layer are left for `check_binding` to report.
+    Differences between a trainer's diffusers transformer and vLLM-Omni's are bridged as vLLM-Omni's own weight
+    loaders bridge them: diffusers keeps an attention output projection in a list (`attn.to_out.0`) where
+    vLLM-Omni's Qwen-Image and Wan have the layer itself (`attn.to_out`; its FLUX keeps the list, so the name
+    binds as it is); diffusers' Wan feed-forward is `ffn.net.0.proj` / `ffn.net.2` where vLLM-Omni's is
+    `ffn.net_0.proj` / `ffn.net_2`; and PEFT's `target_modules="all-linear"` is a keyword, which vLLM-Omni's
+    manager would read as a regular expression matching nothing. The latter is replaced by the name suffixes of
+    the modules the adapter carries, so exactly those layers are wrapped. A name is renamed only when it binds no
+    layer and the renamed one does; names that still bind no layer are left for `check_binding` to report.
 
     Returns:
         `(tensors, peft_config)`: renamed copies (the tensors themselves are not copied).
@@ -265,8 +277,10 @@ def align_adapter(pipeline: Any, tensors: dict[str, Any], peft_config: dict[str,
     for key, tensor in tensors.items():
         module, suffix = _split_lora_key(key)
         bare = module.removeprefix("base_model.model.").removeprefix("transformer.")
-        if suffix and bare not in layers and bare.endswith(".0") and bare[:-2] in layers:
-            key = module[: len(module) - 2] + suffix
+        if suffix and bare not in layers:
+            served = next((name for name in _served_names(bare) if name in layers), None)
+            if served is not None:
+                key = module[: len(module) - len(bare)] + served + suffix
         renamed[key] = tensor
     config = dict(peft_config)
     if config.get("target_modules") == "all-linear":
