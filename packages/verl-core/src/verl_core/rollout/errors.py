@@ -97,3 +97,11 @@ class ServerDeadError(RolloutError, ConnectionError):
     def __init__(self, message: str, *, rank: int):
         self.rank = rank
         super().__init__(message)
+
+    def __reduce__(self) -> tuple:
+        # pickled with its rank (Ray carries it from an actor rank that pushed weights to the driver)
+        return (_server_dead, (self.message, self.rank), self.__dict__)
+
+
+def _server_dead(message: str, rank: int) -> ServerDeadError:
+    return ServerDeadError(message, rank=rank)
