@@ -127,6 +127,69 @@ def test_a_killed_rollout_server_is_relaunched_with_the_actors_weights_and_the_r
     assert all(r["async/version_lag_max"] <= 2 for r in rows)
 
 
+RESTART = ["trainer.separate.on_rollout_failure=restart"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "named"),
+    [
+        pytest.param([*RESTART, "trainer.separate.max_restarts=1"], None, id="restart"),
+        pytest.param([], "", id="fail"),
+        pytest.param(
+            [*RESTART, "trainer.separate.max_restarts=0"],
+            " (after 0 restart(s): trainer.separate.max_restarts=0)",
+            id="restart-none-left",
+        ),
+    ],
+)
+def test_a_rollout_server_met_dead_by_the_weight_push_is_relaunched_or_named(
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, kill_rollout_server_at, capsys, policy, named
+):
+    """Lag 0 and a push after every step: while step 1 is scored the producer waits for version 1 (batch 2 may not
+    start before it), so the server killed then is met first by step 1's weight push. `restart` relaunches the
+    servers, pushes version 1 to them (checked bit for bit), the producer generates batch 2 on them and the run
+    finishes; `fail` (or no restart left) exits 1 naming the server (and the limit)."""
+    import math
+
+    from verl_omni.trainer.main import EXIT_FAILED, run
+    from verl_omni.trainer.report import read_metrics
+
+    kill_rollout_server_at(1)
+    argv = [
+        "--config-name",
+        "quickstart",
+        f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
+        *fast_overrides,
+        *[o for o in SEPARATE if not o.startswith("actor_rollout_ref.rollout.nnodes=")],
+        "actor_rollout_ref.rollout.nnodes=0",
+        "trainer.separate.share_devices=true",
+        "trainer.check_served_weights=true",
+        "trainer.separate.parameter_sync_step=1",
+        "trainer.separate.max_off_policy_threshold=0",  # batch 2 waits for the push of version 1
+        f"trainer.run_dir={tmp_path / 'run'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "trainer.total_training_steps=2",
+        "trainer.save_freq=-1",
+        "trainer.val_before_train=false",
+        "actor_rollout_ref.rollout.lifecycle_timeout_s=60",
+        *policy,
+    ]
+    code = run(argv)
+    err = capsys.readouterr().err
+    if named is not None:
+        assert code == EXIT_FAILED
+        line = "RolloutServiceError: the weight push of version 1 failed: rollout server rank 0 died during update_"
+        assert line in err and named in err, err[-3000:]
+        return
+    assert code == 0, err[-3000:]
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["async/rollout_restarts"] for r in rows] == [1.0, 1.0]
+    assert [r["rollout/weight_version"] for r in rows] == [1.0, 2.0]
+    assert all(r["async/version_lag_max"] == 0 for r in rows)
+    assert all(math.isfinite(r["critic/rewards/mean"]) for r in rows)
+
+
 def test_separate_with_lag_up_to_2_and_is_weights_raises_the_reward_by_more_than_3_standard_errors(
     ray_session, tiny_qwen_image_path, tmp_path
 ):

@@ -152,6 +152,9 @@ class _Prompts:
     def state_dict(self):
         return {"drawn": self.drawn}
 
+    def load_state_dict(self, state):
+        self.drawn = state["drawn"]
+
 
 def test_the_producer_runs_at_most_threshold_versions_ahead_and_pushes_wait_for_the_request(monkeypatch):
     import time
@@ -223,5 +226,86 @@ def test_a_pause_holds_the_rollout_between_two_requests(monkeypatch):
                 before = len(rollout.requests)
                 time.sleep(0.1)
                 assert not rollout.in_flight and len(rollout.requests) == before
+    finally:
+        producer.stop()
+
+
+def _wait_for(condition, timeout_s: float = 5.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_paused_producer_resumes_on_relaunched_servers_without_losing_a_batch(monkeypatch):
+    """The weight push met the dead server (inside `pause()`, the producer waiting on the version gate): `resume`
+    hands the running producer the new servers; the next batch goes to them, nothing is drawn again."""
+    import ray.util.queue
+
+    from verl_omni.trainer.separate_rollout import SeparateRollout
+
+    monkeypatch.setattr(ray.util.queue, "Queue", _FakeQueue)
+    old, new, prompts = _FakeRollout(), _FakeRollout(), _Prompts()
+    producer = SeparateRollout(
+        old, prompts, lambda k: (None, 0, k), threshold=0, queue_size=100, version=0, first_batch=1
+    )
+    producer.start()
+    try:
+        _wait_for(lambda: producer.queue.qsize() == 2)  # batch 1 done; batch 2 waits for version 1
+        with pytest.raises(RuntimeError, match=r"only inside pause\(\)"):
+            producer.resume(new, 1)
+        with producer.pause():
+            new.served = 1
+            producer.resume(new, 1)
+            producer.set_version(1)
+        _wait_for(lambda: producer.queue.qsize() == 4)
+        assert old.requests == [(1, 0)] and new.requests[0] == (2, 1) and prompts.drawn == 2
+        groups = [producer.queue.get() for _ in range(4)]
+        assert [(g.batch_index, g.version) for g in groups] == [(1, 0), (1, 0), (2, 1), (2, 1)]
+        producer.check()
+    finally:
+        producer.stop()
+
+
+class _DyingRollout(_FakeRollout):
+    """Its server dies during the first request (after `in_flight` is set)."""
+
+    in_flight = False
+
+    def generate(self, records, sampling, seed):
+        import time
+
+        from verl_omni.trainer.colocated_rollout import RolloutServiceError
+
+        self.in_flight = True
+        time.sleep(0.1)
+        raise RolloutServiceError("rollout server rank 0 died during generate: killed")
+
+
+def test_a_failed_request_is_seen_by_the_pause_that_waited_for_it_and_resume_regenerates_the_batch(monkeypatch):
+    """A push waiting for the request in flight sees its failure as soon as it holds the rollout (so it does not
+    take a stopped producer for a paused one); `resume` then draws the lost batch again on the new servers."""
+    import ray.util.queue
+
+    from verl_omni.trainer.colocated_rollout import RolloutServiceError
+    from verl_omni.trainer.separate_rollout import SeparateRollout
+
+    monkeypatch.setattr(ray.util.queue, "Queue", _FakeQueue)
+    dying, new, prompts = _DyingRollout(), _FakeRollout(), _Prompts()
+    producer = SeparateRollout(
+        dying, prompts, lambda k: (None, 0, k), threshold=1, queue_size=100, version=0, first_batch=1
+    )
+    producer.start()
+    try:
+        _wait_for(lambda: dying.in_flight)
+        with producer.pause():
+            assert isinstance(producer.error, RolloutServiceError)
+            producer.resume(new, 0)
+        _wait_for(lambda: producer.queue.qsize() >= 2)
+        assert new.requests[0] == (1, 0)  # batch 1 again, with its seed
+        assert [producer.queue.get().batch_index for _ in range(2)] == [1, 1]
+        producer.check()
     finally:
         producer.stop()

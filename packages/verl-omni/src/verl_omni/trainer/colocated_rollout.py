@@ -159,6 +159,18 @@ class ColocatedRollout:
         """The servers' HTTP addresses, rank order (actor rank 0 streams `update_weights` to them)."""
         return list(self.addresses)
 
+    def check_alive(self, what: str) -> None:
+        """Probe every server's /health; raise naming the first one that is dead (`what`: the call that failed).
+
+        Raises:
+            RolloutServiceError: "rollout server rank r died during `what`: ..." (its process gone, unreachable), or
+                a server that did not answer within `rollout.lifecycle_timeout_s`.
+        """
+        router = self.replica.router
+        if router is None:
+            raise RolloutServiceError(f"rollout servers are not running (no router); cannot check them after {what}")
+        self._broadcast(router.check_health(), what, self.config.lifecycle_timeout_s)
+
     def weight_versions(self) -> dict[int, int]:
         """Server rank -> the weight version it serves (from each server's `/metrics`)."""
         return {rank: int(snap["weight_version"]) for rank, snap in self.server_metrics().items()}

@@ -66,6 +66,9 @@ class RolloutService(Protocol):
     def served_weights(self, names: list[str], kind: str) -> dict[int, dict[str, Any] | BaseException] | None:
         """Server rank -> the tensors it serves under `names` (or its read-back error); None: `kind` unreadable."""
 
+    def check_alive(self, what: str) -> None:
+        """Raise `RolloutServiceError` naming the first dead server (after `what` failed: is a server dead?)."""
+
     def shutdown(self) -> None:
         """Stop every server."""
 

@@ -4,9 +4,10 @@
 `verl_omni.trainer.flow_grpo_trainer`): `_start_separate` builds the producer (`SeparateRollout`) and the consumer
 (`GroupConsumer`); `_take_groups` and `_score` are steps 1-4; `_correct_staleness` is step 6b; `_separate_sync` is
 step 9 (a push every `trainer.separate.parameter_sync_step` steps, between two requests); `_separate_metrics` the
-`async/*` metrics of step 12. `_check_rollout` runs while the actor waits for groups: a producer stopped by a dead
-rollout server fails the step, or with `trainer.separate.on_rollout_failure: restart` (at most `max_restarts` times)
-the servers are relaunched, given the actor's current weights (checked bit for bit) and the lost batch regenerated.
+`async/*` metrics of step 12. A dead rollout server, met by the producer (`_check_rollout`, while the actor waits for
+groups) or by the weight push (`_separate_sync`), fails the step, or with `trainer.separate.on_rollout_failure:
+restart` (at most `max_restarts` times) `_restart_rollout` relaunches the servers, gives them the actor's current
+weights (checked bit for bit) and resumes the producer (a lost batch regenerated).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensordict import TensorDict
 
+from verl_core.rollout.errors import WeightSyncError
 from verl_omni.trainer.colocated_rollout import RolloutServiceError
 from verl_omni.trainer.separate_rollout import SeparateRollout
 from verl_omni.trainer.staleness import GroupConsumer, assemble_batch, importance_weights
@@ -51,40 +53,73 @@ class SeparateModeMixin:
         self.separate.start()
 
     def _check_rollout(self: Any) -> None:
-        """While the actor waits: raise the producer's failure, or relaunch the servers (`on_rollout_failure`).
+        """While the actor waits: raise the producer's failure, or relaunch the servers (`_restart_rollout`).
 
         Raises:
             RolloutServiceError: the producer stopped (names the dead server) and no restart is left
                 (`trainer.separate.max_restarts`), or the relaunch itself failed.
+            WeightSyncError: the producer's rows carry another version, or the relaunched servers do not serve the
+                actor's weights.
+        """
+        separate = self.separate
+        if separate is None or separate.error is None:
+            return
+        try:
+            separate.check()
+        except RolloutServiceError as failure:
+            if not isinstance(separate.error, RolloutServiceError):  # not a server's failure (a producer bug)
+                raise
+            self._restart_rollout(failure, self.step)
+
+    def _restart_rollout(self: Any, failure: RolloutServiceError, version: int) -> dict[str, float]:
+        """Relaunch the rollout servers after `failure` (a dead server), push `version` to them, resume the producer.
+
+        The one restart path of both places a death is met (the producer, the weight push): every server shut down
+        and launched again on its bundles (`TrainerComponents.relaunch_rollout`), the actor's weights pushed as
+        `version` and checked (every server's version; `trainer.check_served_weights` bit for bit), then
+        `SeparateRollout.resume`. Counted in `async/rollout_restarts`.
+
+        Returns:
+            The push's metrics (`rollout/weight_version`, `perf/weight_sync_bytes`, ...).
+
+        Raises:
+            RolloutServiceError: `failure` with `on_rollout_failure: fail`; after `max_restarts` relaunches, `failure`
+                naming the limit.
             WeightSyncError: the relaunched servers do not serve the actor's weights.
         """
         separate, sep = self.separate, self.config.trainer.separate
-        if separate is None or separate.error is None:
-            return
-        relaunch = self._components().relaunch_rollout
-        if (
-            sep.on_rollout_failure != "restart"
-            or not isinstance(separate.error, RolloutServiceError)
-            or relaunch is None
-        ):
-            separate.check()
+        c = self._components()
+        if separate is None or sep.on_rollout_failure != "restart" or c.relaunch_rollout is None:
+            raise failure
+        if separate.error is not None and not isinstance(separate.error, RolloutServiceError):
+            separate.check()  # the producer failed otherwise too (e.g. a served-version mismatch): never resumed over
         if self.rollout_restarts >= sep.max_restarts:
-            try:
-                separate.check()
-            except RolloutServiceError as e:
-                raise RolloutServiceError(
-                    f"{e} (after {self.rollout_restarts} restart(s): trainer.separate.max_restarts={sep.max_restarts})"
-                ) from e.__cause__
+            limit = f"after {self.rollout_restarts} restart(s): trainer.separate.max_restarts={sep.max_restarts}"
+            raise RolloutServiceError(f"{failure} ({limit})") from failure.__cause__
         logger.warning(
             "rollout restart %d of %d (trainer.separate.max_restarts): %s",
-            self.rollout_restarts + 1, sep.max_restarts, separate.error,
+            self.rollout_restarts + 1, sep.max_restarts, failure,
         )  # fmt: skip
         self.rollout_restarts += 1
-        c = self._components()
-        c.rollout = relaunch()  # the base weights: push the actor's current ones, then check them bit for bit
+        c.rollout = c.relaunch_rollout()  # the base weights: push the actor's current ones, then check them
         self._served_weights_checked = False
-        self._sync_weights(self.step)
-        separate.resume(c.rollout, self.step)
+        metrics = self._sync_weights(version)
+        separate.resume(c.rollout, version)
+        return metrics
+
+    def _push_failure(self: Any, error: Exception, version: int) -> RolloutServiceError | None:
+        """The push of `version` raised `error`: a `RolloutServiceError` naming the dead server, or None if none is.
+
+        The rollout decides (`check_alive`: each server's /health, as its router marks a server dead for the
+        producer); a push that failed otherwise (a dead actor rank, a rejected payload) is no rollout failure.
+        """
+        try:
+            self._components().rollout.check_alive("update_weights")
+        except RolloutServiceError as dead:
+            failure = RolloutServiceError(f"the weight push of version {version} failed: {dead}")
+            failure.__cause__ = error  # the push's own error (the actor rank's traceback)
+            return failure
+        return None
 
     def _take_groups(self: Any, timing: dict, metrics: dict) -> tuple[list, TensorDict, int]:
         """Separate steps 1-3: `data.train_batch_size` groups of lag <= threshold (`GroupConsumer.take`)."""
@@ -130,12 +165,28 @@ class SeparateModeMixin:
         return metrics
 
     def _separate_sync(self: Any, step: int) -> dict[str, float]:
-        """Separate step 9: every `parameter_sync_step` steps, push `step`'s weights between two requests."""
+        """Separate step 9: every `parameter_sync_step` steps, push `step`'s weights between two requests.
+
+        A push that fails on a dead rollout server relaunches the servers (`_restart_rollout`, which pushes `step`'s
+        weights to the new ones) or fails naming the server.
+
+        Raises:
+            RolloutServiceError: a server is dead and `on_rollout_failure: fail` or no restart is left.
+            WeightSyncError: a server serves another version or other tensors than the actor pushed.
+        """
         separate = self.separate
         if separate is None or step % self.config.trainer.separate.parameter_sync_step != 0:
             return {}
         with separate.pause():
-            metrics = self._sync_weights(step)
+            try:
+                metrics = self._sync_weights(step)
+            except WeightSyncError:  # the servers answered with other weights: no dead server to relaunch
+                raise
+            except Exception as e:  # the rollout decides whether a server is dead (`_push_failure`)
+                failure = self._push_failure(e, step)
+                if failure is None:
+                    raise
+                metrics = self._restart_rollout(failure, step)
             separate.set_version(step)
         return metrics
 

@@ -8,7 +8,8 @@ the next prompt batch, generates it with the weights the servers hold, and puts 
 `>= k − 1 − threshold`), so threshold 0 is the colocated schedule. The trainer pushes new weights inside `pause()`,
 which waits for the request in flight: the servers switch weights between requests, never inside one.
 After a rollout server dies, `resume` (on relaunched servers) rewinds the sampler to before the lost batch and
-generates it again; the groups already queued stay.
+generates it again; the groups already queued stay. When the trainer's weight push met the dead server first (inside
+`pause()`, the producer between two requests), `resume` hands the running producer the relaunched servers instead.
 """
 
 from __future__ import annotations
@@ -123,11 +124,22 @@ class SeparateRollout:
         return {"async/rollout_idle_frac": max(0.0, 1.0 - busy / span), "async/queue_depth": float(self.queue.qsize())}
 
     def resume(self, rollout: Any, version: int) -> None:
-        """After a failure: generate again from the lost batch on `rollout` (relaunched, holding `version`).
+        """After a failure: continue on `rollout` (relaunched, holding `version`).
+
+        A producer stopped by the failure generates again from the lost batch (the sampler rewound to before it);
+        one that met no failure (the weight push met the dead server, inside `pause()`) takes `rollout` for its next
+        request and loses nothing.
 
         Raises:
-            RuntimeError: the thread is still running (only a stopped producer resumes).
+            RuntimeError: the producer failed nothing and is not paused, or its thread is still running.
         """
+        if self.error is None and self._thread.is_alive():  # set under `_lock`: a paused producer has not failed
+            if self._paused == 0:
+                raise RuntimeError("SeparateRollout.resume: a running producer switches servers only inside pause()")
+            with self._cond:
+                self.rollout, self.version = rollout, version
+                self._cond.notify_all()
+            return
         self._thread.join(timeout=_WAKE_S * 10)  # it sets `error` as its last act
         if self._thread.is_alive():
             raise RuntimeError("SeparateRollout.resume: the producer thread is still running")
@@ -168,7 +180,11 @@ class SeparateRollout:
                 with self._lock:
                     version = self.version
                     start = time.perf_counter()
-                    batch = self.rollout.generate(records, sampling, seed=seed)
+                    try:
+                        batch = self.rollout.generate(records, sampling, seed=seed)
+                    except BaseException as e:
+                        self.error = e  # before the lock goes: a push inside `pause()` sees the failure (`resume`)
+                        raise
                     self._busy_s += time.perf_counter() - start
                 served = batch["weight_version"]
                 if bool((served != version).any()):

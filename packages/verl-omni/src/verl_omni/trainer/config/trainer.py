@@ -30,10 +30,10 @@ class SeparateRolloutConfig(BaseConfig):
             `data.train_batch_size x (max_off_policy_threshold + 1)`.
         queue_timeout_s (`float`, *optional*, defaults to `600.0`): longest the actor waits for one group; then the
             step fails naming the rollout servers.
-        on_rollout_failure (`str`, *optional*, defaults to `"fail"`): what a dead rollout server does to the run.
-            `fail`: the run exits non-zero naming the server. `restart`: the rollout servers are relaunched on the
-            same bundles, the actor's current weights pushed to them (and checked), the batch in flight regenerated;
-            `async/rollout_restarts` counts them.
+        on_rollout_failure (`str`, *optional*, defaults to `"fail"`): what a dead rollout server (met by the
+            generation or by the weight push) does to the run. `fail`: the run exits non-zero naming the server.
+            `restart`: the rollout servers are relaunched on the same bundles, the actor's current weights pushed to
+            them (and checked), a batch lost in flight regenerated; `async/rollout_restarts` counts them.
         max_restarts (`int`, *optional*, defaults to `1`): most rollout relaunches per run with
             `on_rollout_failure: restart`; one more death fails the run as with `fail`, naming the server.
         share_devices (`bool`, *optional*, defaults to `False`): place the rollout servers on the actor's bundles
