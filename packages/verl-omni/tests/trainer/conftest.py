@@ -117,6 +117,91 @@ def trainer_run(tiny_qwen_image_path) -> Callable[..., TrainerRun]:
     return call
 
 
+def assert_state_equal(a: dict, b: dict) -> None:
+    """Two `state_fingerprint()`s are equal: global step, every trainable parameter, every trained param's AdamW state.
+
+    A resumed optimizer also holds (all-zero) state for params that never got a gradient (the last block's unused text
+    branch), which the straight run's AdamW never created: such state must be all zeros (its `step` aside).
+    """
+    import torch
+
+    assert a["step"] == b["step"]
+    assert a["model"].keys() == b["model"].keys()
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    common = a["optim"].keys() & b["optim"].keys()
+    assert len(common) > 0
+    for param in common:
+        for key, value in a["optim"][param].items():
+            assert torch.equal(value, b["optim"][param][key]), (param, key)
+    for param in a["optim"].keys() ^ b["optim"].keys():
+        state = a["optim"].get(param) or b["optim"][param]
+        assert all(not torch.count_nonzero(v) for k, v in state.items() if k != "step"), param
+
+
+@dataclasses.dataclass
+class ResumeRuns:
+    """The three runs of `straight_vs_resumed`: 3 steps straight; 2 steps with a checkpoint; the resumed 3rd step."""
+
+    straight: TrainerRun
+    first_two: TrainerRun
+    resumed: TrainerRun
+
+
+def assert_resume_matches_straight(runs: ResumeRuns, *, split_only: tuple[str, ...] = ()) -> None:
+    """3 steps straight == 2 steps, stop, resume, 1 step: every step's metrics (`same_metrics`) and the final state
+    (`assert_state_equal`) are identical.
+
+    Args:
+        runs (`ResumeRuns`): the finished runs; none may have failed.
+        split_only (`tuple[str, ...]`, *optional*): prefixes of metric keys that only the split runs log (`async/`
+            of separate mode, the 2-step run's final `val/`): a split row's key with such a prefix is not compared
+            when the straight row lacks it; keys both rows have are always compared.
+    """
+    for name in ("straight", "first_two", "resumed"):
+        run = getattr(runs, name)
+        assert run.error is None, f"{name}: {run.error!r}"
+    assert (len(runs.straight.history), len(runs.first_two.history), len(runs.resumed.history)) == (3, 2, 1)
+    split = [*runs.first_two.history, *runs.resumed.history]
+    for step, (a, b) in enumerate(zip(runs.straight.history, split, strict=True), start=1):
+        b = {k: v for k, v in b.items() if k in a or not k.startswith(split_only)} if split_only else b
+        assert same_metrics(a, b) == [], f"step {step}: {same_metrics(a, b)}"
+    assert_state_equal(runs.straight.fingerprint, runs.resumed.fingerprint)
+
+
+@pytest.fixture
+def straight_vs_resumed(trainer_run) -> Callable[..., ResumeRuns]:
+    """`straight_vs_resumed(folder, overrides, *, split_overrides=None, split_only=(), before_resume=None)`.
+
+    Runs `overrides` 3 steps straight in `folder/straight`; then `split_overrides` (default `overrides`) 2 steps with
+    a checkpoint at step 2 in `folder/split`, `before_resume(first_two)`, and a resume there to step 3. Asserts
+    `assert_resume_matches_straight` (metrics of every step, parameters, AdamW state) and returns the runs for the
+    test's own checks.
+    """
+
+    def call(
+        folder: pathlib.Path,
+        overrides: list[str],
+        *,
+        split_overrides: list[str] | None = None,
+        split_only: tuple[str, ...] = (),
+        before_resume: Callable[[TrainerRun], None] | None = None,
+    ) -> ResumeRuns:
+        split = overrides if split_overrides is None else split_overrides
+        straight = trainer_run(folder / "straight", [*overrides, "trainer.total_training_steps=3"], fingerprint=True)
+        assert straight.error is None, straight.error
+        first_two = trainer_run(folder / "split", [*split, "trainer.total_training_steps=2", "trainer.save_freq=2"])
+        assert first_two.error is None, first_two.error
+        if before_resume is not None:
+            before_resume(first_two)
+        again = [*split, "trainer.total_training_steps=3", "trainer.resume_mode=auto"]
+        runs = ResumeRuns(straight, first_two, trainer_run(folder / "split", again, fingerprint=True))
+        assert_resume_matches_straight(runs, split_only=split_only)
+        return runs
+
+    return call
+
+
 @pytest.fixture
 def metric_diff() -> Callable[[dict, dict], list[str]]:
     """`metric_diff(a, b)`: keys whose values differ, timings excepted."""

@@ -9,7 +9,6 @@ import pytest
 from verl_omni.trainer.report import learning_margin, read_metrics
 
 from .test_trainer_direction import _quickstart
-from .test_trainer_ray import _assert_state_equal
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -53,7 +52,7 @@ def test_dance_grpo_quickstart_raises_the_reward_by_more_than_3_standard_errors(
     assert margin is not None and margin["margin"] > 3.0, margin
 
 
-def test_dance_grpo_resume_draws_the_same_noise_and_step_subsets(ray_session, trainer_run, metric_diff, tmp_path):
+def test_dance_grpo_resume_draws_the_same_noise_and_step_subsets(ray_session, straight_vs_resumed, tmp_path):
     """3 steps straight == 2 steps, checkpoint, resume, 1 step, with shared initial noise and a step subset (FAST:
     K = 2, τ = 0.5 → 1 step per image): the resumed step's rewards, metrics, weights and AdamW state are
     bit-identical (the rewards too: the same images, so the same noise). The shared noise itself is checked in
@@ -64,13 +63,4 @@ def test_dance_grpo_resume_draws_the_same_noise_and_step_subsets(ray_session, tr
     """
     dance = ["actor_rollout_ref.rollout.algo.init_same_noise=true", "algorithm.timestep_fraction=0.5",
              "actor_rollout_ref.rollout.algo.sde_window_size=2"]  # fmt: skip
-    straight = trainer_run(tmp_path / "straight", [*dance, "trainer.total_training_steps=3"], fingerprint=True)
-    assert straight.error is None, straight.error
-    first_two = trainer_run(tmp_path / "split", [*dance, "trainer.total_training_steps=2", "trainer.save_freq=2"])
-    assert first_two.error is None, first_two.error
-    resumed = trainer_run(
-        tmp_path / "split", [*dance, "trainer.total_training_steps=3", "trainer.resume_mode=auto"], fingerprint=True
-    )
-    assert resumed.error is None, resumed.error
-    assert len(resumed.history) == 1 and metric_diff(straight.history[2], resumed.history[0]) == []
-    _assert_state_equal(straight.fingerprint, resumed.fingerprint)
+    straight_vs_resumed(tmp_path, dance)

@@ -11,7 +11,6 @@ import pytest
 from verl_omni.trainer.report import learning_margin, read_metrics
 
 from .test_trainer_direction import _quickstart
-from .test_trainer_ray import _assert_state_equal
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -87,7 +86,7 @@ def test_flow_dppo_quickstart_raises_the_reward_by_more_than_3_standard_errors(
     ],
 )
 def test_three_steps_straight_equal_two_then_a_resumed_one_bit_for_bit(
-    ray_session, trainer_run, metric_diff, tmp_path, overrides
+    ray_session, straight_vs_resumed, tmp_path, overrides
 ):
     """FAST config (2 prompts x 2 images): 3 steps straight == 2 steps, stop, resume, 1 step — metrics, LoRA weights and
     AdamW state bit-identical (DPO: the pair noise and noise level are drawn from the run seed and the step; Flow-DPPO
@@ -97,18 +96,7 @@ def test_three_steps_straight_equal_two_then_a_resumed_one_bit_for_bit(
     (`torch.randn(...)` without `generator=gen` in `FlowGRPOTrainer._prepare_pair_batch`): FAILED [dpo], the 2-step
     run's metrics differ from the straight run's (`actor/dpo_model_error_chosen`, ... `actor/grad_norm`)."""
     common = [*overrides, "trainer.val_before_train=false"]
-    straight = trainer_run(tmp_path / "straight", [*common, "trainer.total_training_steps=3"], fingerprint=True)
-    assert straight.error is None, straight.error
-    first_two = trainer_run(tmp_path / "split", [*common, "trainer.total_training_steps=2", "trainer.save_freq=2"])
-    assert first_two.error is None, first_two.error
-    resumed = trainer_run(
-        tmp_path / "split", [*common, "trainer.total_training_steps=3", "trainer.resume_mode=auto"], fingerprint=True
-    )
-    assert resumed.error is None, resumed.error
-    for a, b in zip(straight.history[:2], first_two.history):
-        assert metric_diff(a, b) == []
-    assert len(resumed.history) == 1 and metric_diff(straight.history[2], resumed.history[0]) == []
-    _assert_state_equal(straight.fingerprint, resumed.fingerprint)
+    straight = straight_vs_resumed(tmp_path, common).straight
     first = straight.history[0]
     if overrides[0] == DPO:
         assert first["actor/dpo_reward_margin"] == 0.0 and first["actor/pg_loss"] == pytest.approx(math.log(2))

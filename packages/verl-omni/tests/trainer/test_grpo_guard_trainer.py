@@ -8,7 +8,6 @@ import pytest
 from verl_omni.trainer.report import learning_margin, read_metrics
 
 from .test_trainer_direction import _quickstart
-from .test_trainer_ray import _assert_state_equal
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -51,7 +50,7 @@ def test_grpo_guard_quickstart_raises_the_reward_by_more_than_3_standard_errors(
 
 
 def test_grpo_guard_with_the_old_log_prob_pass_gets_the_old_means_and_resumes_bit_for_bit(
-    ray_session, trainer_run, metric_diff, tmp_path
+    ray_session, straight_vs_resumed, tmp_path
 ):
     """With the fused on-policy update turned off, the trainer's old-log-prob pass returns the old transition means
     too (the loss needs them): the first update is on-policy up to fp32 kernel numerics. FAST config: 3 steps
@@ -66,19 +65,8 @@ def test_grpo_guard_with_the_old_log_prob_pass_gets_the_old_means_and_resumes_bi
         "algorithm.rollout_correction.fuse_on_policy_old_log_prob=false",
         "trainer.val_before_train=false",
     ]
-    straight = trainer_run(tmp_path / "straight", [*common, "trainer.total_training_steps=3"], fingerprint=True)
-    assert straight.error is None, straight.error
+    straight = straight_vs_resumed(tmp_path, common).straight
     row = straight.history[0]
     assert row["timing_s/old_log_prob"] > 0  # the separate pass ran
     assert abs(row["actor/ratio_mean"] - 1) < 1e-6 and row["actor/ratio_norm_bias"] < 1e-10
     assert row["actor/pg_clipfrac"] == 0.0 and row["actor/grad_norm"] > 0
-    first_two = trainer_run(tmp_path / "split", [*common, "trainer.total_training_steps=2", "trainer.save_freq=2"])
-    assert first_two.error is None, first_two.error
-    resumed = trainer_run(
-        tmp_path / "split", [*common, "trainer.total_training_steps=3", "trainer.resume_mode=auto"], fingerprint=True
-    )
-    assert resumed.error is None, resumed.error
-    for a, b in zip(straight.history[:2], first_two.history):
-        assert metric_diff(a, b) == []
-    assert len(resumed.history) == 1 and metric_diff(straight.history[2], resumed.history[0]) == []
-    _assert_state_equal(straight.fingerprint, resumed.fingerprint)

@@ -8,6 +8,8 @@ import pytest
 
 import verl_omni.trainer.flow_grpo_trainer as trainer_module
 
+from .conftest import assert_state_equal
+
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 COMMON = [
@@ -68,6 +70,4 @@ def test_streaming_gives_the_same_rewards_advantages_and_weights(ray_session, tr
     for row_off, row_on in zip(off.history, on.history, strict=True):
         assert metric_diff(row_off, row_on) == []
         assert row_off["timing_s/reward_exposed"] >= 0 and row_on["timing_s/reward_exposed"] >= 0
-    from .test_trainer_ray import _assert_state_equal
-
-    _assert_state_equal(off.fingerprint, on.fingerprint)
+    assert_state_equal(off.fingerprint, on.fingerprint)

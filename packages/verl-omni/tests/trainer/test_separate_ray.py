@@ -18,30 +18,17 @@ SEPARATE = [
 
 
 def test_separate_with_threshold_zero_equals_colocated_and_resumes_bit_identically(
-    ray_session, trainer_run, metric_diff, tmp_path
+    ray_session, straight_vs_resumed, tmp_path
 ):
     """Colocated 3 steps; separate with lag 0: 2 steps straight (the rollout must wait for each push, else step 2
-    trains on a stale batch), then a resume to step 3. Metrics equal (timings and `async/*` aside), weights equal."""
+    trains on a stale batch), then a resume to step 3. Metrics equal (timings and `async/*` aside), weights and
+    AdamW state equal."""
     common = ["trainer.val_before_train=false"]
-    colocated = trainer_run(tmp_path / "colocated", [*common, "trainer.total_training_steps=3"], fingerprint=True)
-    assert colocated.error is None, colocated.error
     lag0 = [*SEPARATE, "trainer.separate.max_off_policy_threshold=0", *common]
-    straight = trainer_run(tmp_path / "separate", [*lag0, "trainer.total_training_steps=2", "trainer.save_freq=2"])
-    assert straight.error is None, straight.error
-    resumed = trainer_run(
-        tmp_path / "separate", [*lag0, "trainer.total_training_steps=3", "trainer.resume_mode=auto"], fingerprint=True
-    )
-    assert resumed.error is None, resumed.error
-
-    separate = [*straight.history, *resumed.history]
-    for a, b in zip(colocated.history, separate, strict=True):
-        only_separate = {k for k in b if k.startswith(("async/", "rollout_corr/"))}
-        assert metric_diff(a, {k: v for k, v in b.items() if k not in only_separate}) == []
+    runs = straight_vs_resumed(tmp_path, common, split_overrides=lag0, split_only=("async/", "rollout_corr/"))
+    for b in [*runs.first_two.history, *runs.resumed.history]:
         assert b["async/version_lag/0"] == 2 and b["async/dropped_groups"] == 0
         assert 0 <= b["async/rollout_idle_frac"] <= 1 and 0 <= b["async/actor_idle_frac"] <= 1
-    assert colocated.fingerprint["model"].keys() == resumed.fingerprint["model"].keys()
-    for name, value in colocated.fingerprint["model"].items():
-        assert value.equal(resumed.fingerprint["model"][name]), name
 
 
 @pytest.mark.parametrize(

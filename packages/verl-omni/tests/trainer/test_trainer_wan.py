@@ -7,8 +7,7 @@ import pytest
 
 from verl_omni.trainer.report import write_sample_grid
 
-from .conftest import run_trainer
-from .test_trainer_ray import _assert_state_equal
+from .conftest import assert_state_equal, run_trainer
 from .test_video_grid import read_mp4
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -35,4 +34,4 @@ def test_wan_run_validates_videos_and_resumes_bit_identically(ray_session, tiny_
     count, rows = min(v.shape[0] for v in straight.val_images.values()), min(len(straight.val_images), 2)
     assert read_mp4(grid.with_suffix(".mp4")).shape == (5, rows * 64, count * 64, 3)  # 5 frames, 32x32 cells at x2
     assert len(resumed.history) == 1 and metric_diff(straight.history[1], resumed.history[0]) == []
-    _assert_state_equal(straight.fingerprint, resumed.fingerprint)
+    assert_state_equal(straight.fingerprint, resumed.fingerprint)
