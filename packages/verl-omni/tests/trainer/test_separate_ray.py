@@ -15,6 +15,11 @@ SEPARATE = [
     "actor_rollout_ref.rollout.free_cache_engine=false",
     "trainer.separate.queue_timeout_s=120",
 ]
+SEPARATE_ON_ACTOR_DEVICES = [  # one device pool: the rollout servers on the actor's bundles (`share_devices`)
+    *[o for o in SEPARATE if not o.startswith("actor_rollout_ref.rollout.nnodes=")],
+    "actor_rollout_ref.rollout.nnodes=0",
+    "trainer.separate.share_devices=true",
+]
 
 
 def test_separate_with_threshold_zero_equals_colocated_and_resumes_bit_identically(
@@ -91,9 +96,7 @@ def test_a_killed_rollout_server_is_relaunched_with_the_actors_weights_and_the_r
         "quickstart",
         f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
         *fast_overrides,
-        *[o for o in SEPARATE if not o.startswith("actor_rollout_ref.rollout.nnodes=")],
-        "actor_rollout_ref.rollout.nnodes=0",
-        "trainer.separate.share_devices=true",
+        *SEPARATE_ON_ACTOR_DEVICES,
         "trainer.separate.on_rollout_failure=restart",
         "trainer.separate.max_restarts=1",
         "trainer.check_served_weights=true",
@@ -147,9 +150,7 @@ def test_a_rollout_server_met_dead_by_the_weight_push_is_relaunched_or_named(
         "quickstart",
         f"actor_rollout_ref.model.path={tiny_qwen_image_path}",
         *fast_overrides,
-        *[o for o in SEPARATE if not o.startswith("actor_rollout_ref.rollout.nnodes=")],
-        "actor_rollout_ref.rollout.nnodes=0",
-        "trainer.separate.share_devices=true",
+        *SEPARATE_ON_ACTOR_DEVICES,
         "trainer.check_served_weights=true",
         "trainer.separate.parameter_sync_step=1",
         "trainer.separate.max_off_policy_threshold=0",  # batch 2 waits for the push of version 1

@@ -18,7 +18,7 @@ from tensordict import TensorDict
 from verl_omni.algos import ForwardLossInput, get_loss
 from verl_omni.engine.distributed import all_reduce_metrics
 from verl_omni.engine.fsdp_engine import DiffusersFSDPEngine
-from verl_omni.engine.metrics import accumulate, update_metrics
+from verl_omni.engine.metrics import accumulate_loss_output, update_metrics
 from verl_omni.engine.old_policy import OldPolicy  # re-exported: its path before it moved
 from verl_omni.engine.velocity import no_grad_velocities, noised_latents, sigma_of, unguided_velocity
 
@@ -93,11 +93,7 @@ def update_on_clean_samples(engine: DiffusersFSDPEngine, batch: TensorDict) -> d
                         cfg,
                     )
                     (res.loss * scale).backward()
-                    accumulate(acc, "pg_loss", res.pg_loss)
-                    if res.kl is not None:
-                        accumulate(acc, "kl_loss", res.kl)
-                    for name, value in res.metrics.items():
-                        accumulate(acc, name, value)
+                    accumulate_loss_output(acc, res)
                     n_terms += 1
             lr = engine.optimizer.param_groups[0]["lr"]
             grad_norms.append(engine._clip_and_step())

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-__all__ = ["accumulate", "update_metrics"]
+if TYPE_CHECKING:
+    from verl_omni.algos import PolicyLossOutput
+
+__all__ = ["accumulate", "accumulate_loss_output", "update_metrics"]
 
 
 def accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
@@ -18,6 +23,15 @@ def accumulate(acc: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> 
         acc[name] = torch.maximum(acc[name], value)
     else:
         acc[name] = acc[name] + value
+
+
+def accumulate_loss_output(acc: dict[str, torch.Tensor], out: PolicyLossOutput) -> None:
+    """One loss term's metrics into `acc`: `pg_loss`, `kl_loss` (when the loss has a KL term) and its own metrics."""
+    accumulate(acc, "pg_loss", out.pg_loss)
+    if out.kl is not None:
+        accumulate(acc, "kl_loss", out.kl)
+    for name, value in out.metrics.items():
+        accumulate(acc, name, value)
 
 
 def update_metrics(

@@ -16,7 +16,7 @@ from tensordict import TensorDict
 from verl_omni.algos import ForwardLossInput, get_loss
 from verl_omni.engine.distributed import all_reduce_metrics
 from verl_omni.engine.fsdp_engine import DiffusersFSDPEngine
-from verl_omni.engine.metrics import accumulate, update_metrics
+from verl_omni.engine.metrics import accumulate_loss_output, update_metrics
 from verl_omni.engine.velocity import no_grad_velocities, noised_latents, timestep_of, unguided_velocity
 
 __all__ = ["update_on_pairs"]
@@ -86,9 +86,7 @@ def update_on_pairs(engine: DiffusersFSDPEngine, batch: TensorDict) -> dict[str,
                 )
                 scale = micro.batch_size[0] / mini * (cfg.loss_scale_factor or 1.0)
                 (res.loss * scale).backward()
-                accumulate(acc, "pg_loss", res.pg_loss)
-                for name, value in res.metrics.items():
-                    accumulate(acc, name, value)
+                accumulate_loss_output(acc, res)
                 n_terms += 1
             lr = engine.optimizer.param_groups[0]["lr"]
             grad_norms.append(engine._clip_and_step())

@@ -16,7 +16,7 @@ from verl_omni.algos import PolicyLossInput, get_loss, loss_spec, rollout_consis
 from verl_omni.engine.batching import trained_rows
 from verl_omni.engine.distributed import all_reduce_metrics
 from verl_omni.engine.fsdp_engine import DiffusersFSDPEngine
-from verl_omni.engine.metrics import accumulate, update_metrics
+from verl_omni.engine.metrics import accumulate_loss_output, update_metrics
 from verl_omni.schedulers.settings import setting_name
 
 __all__ = ["update_on_transitions"]
@@ -103,11 +103,7 @@ def update_on_transitions(engine: DiffusersFSDPEngine, batch: TensorDict) -> dic
                     )
                     scale = part.batch_size[0] / mini_size / k_train * (engine.config.loss_scale_factor or 1.0)
                     (res.loss * scale).backward()
-                    accumulate(acc, "pg_loss", res.pg_loss)
-                    if res.kl is not None:
-                        accumulate(acc, "kl_loss", res.kl)
-                    for name, value in res.metrics.items():
-                        accumulate(acc, name, value)
+                    accumulate_loss_output(acc, res)
                     n_terms += 1
                 if on_policy_old:
                     own_old.append(torch.stack(micro_old, dim=1))
