@@ -36,7 +36,7 @@
 #            RUN_A_VARIANTS / RUN_B_VARIANTS replace the variant lists (e.g. `compile,compile+eager-rollout`).
 #            (`--variants compile+perprompt+http` gives the defaults before the grouped requests and the shm segment.)
 #   vllm:    the vLLM and vLLM-Omni GPU tests (verl-core's ServerContractSuite on vLLMHttpServer with a tiny Qwen2,
-#            on vLLMOmniHttpServer with tiny Qwen-Image, SD3, FLUX and Wan (FLUX / Wan not yet run on a GPU); the
+#            on vLLMOmniHttpServer with tiny Qwen-Image, SD3, FLUX and Wan; the
 #            in-memory LoRA through the hijack on Qwen-Image, FLUX and Wan); needs the
 #            vLLM bundle: `source benchmarks/device_env.sh` first (its header says how the bundles travel)
 #   vllm-trainer: verl-omni-train on rollout.name=vllm_omni for 3 steps (colocated, LoRA sync), tiny Qwen-Image
