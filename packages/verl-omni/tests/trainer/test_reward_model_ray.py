@@ -5,7 +5,9 @@ server killed mid-step stops the run with exit status 1, naming it."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import pathlib
+import time
 
 import pytest
 
@@ -48,16 +50,39 @@ def _ocr_overrides(ocr_data, vlm_path) -> list[str]:
     ]
 
 
-def test_colocated_reward_model_scores_a_step_and_sleeps_between_phases(ray_session, trainer_run, ocr_data, vlm_path,
-                                                                          tmp_path):  # fmt: skip
+LIFECYCLE_DELAY_S = 0.3
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["batch", "stream"])
+def test_colocated_reward_model_scores_a_step_and_sleeps_between_phases(
+    ray_session, trainer_run, ocr_data, vlm_path, tmp_path, monkeypatch, caplog, stream
+):
+    """Also: the reward model's wake-up and sleep (slowed by a known delay here) count in the step's exposed reward
+    time in both modes, streaming too (it wakes the reward model before generation and puts it to sleep after the
+    last group); streaming with a colocated reward model logs a warning naming both keys."""
+    from verl_omni.trainer.reward_model import RewardModelService
+
+    broadcast = RewardModelService._broadcast
+
+    def slow_lifecycle(self, method, what="start-up"):
+        if method in ("wake_up", "sleep"):
+            time.sleep(LIFECYCLE_DELAY_S)
+        return broadcast(self, method, what)
+
+    monkeypatch.setattr(RewardModelService, "_broadcast", slow_lifecycle)
     seen = {}
 
     def inspect(components):
         seen["metrics"] = components.reward_model.server_metrics()
         seen["endpoint"] = components.reward_model.endpoint
 
-    overrides = [*_ocr_overrides(ocr_data, vlm_path), "trainer.val_before_train=true"]
-    run = trainer_run(tmp_path, overrides, inspect=inspect)
+    overrides = [
+        *_ocr_overrides(ocr_data, vlm_path),
+        "trainer.val_before_train=true",
+        f"reward.stream={str(stream).lower()}",
+    ]
+    with caplog.at_level(logging.WARNING, logger="verl_omni.trainer.components"):
+        run = trainer_run(tmp_path, overrides, inspect=inspect)
     assert run.error is None, run.error
     (row,) = run.history
     assert 0.0 <= row["critic/rewards/min"] <= row["critic/rewards/max"] <= 1.0
@@ -67,6 +92,14 @@ def test_colocated_reward_model_scores_a_step_and_sleeps_between_phases(ray_sess
     # asleep after launch, after the validation reward and after the step's reward: awake only for them
     assert server["counters"]["sleeps"] == 3 and server["state"] == "sleeping"
     assert seen["endpoint"].model_name == str(vlm_path)
+    assert row["timing_s/reward_model_wake"] >= LIFECYCLE_DELAY_S
+    assert row["timing_s/reward_model_sleep"] >= LIFECYCLE_DELAY_S
+    assert row["timing_s/reward_exposed"] >= 2 * LIFECYCLE_DELAY_S  # the step waits for both, streaming or not
+    assert row["timing_s/reward"] >= row["timing_s/reward_exposed"]
+    warned = [r.getMessage() for r in caplog.records if "reward.stream=true with a colocated" in r.getMessage()]
+    assert len(warned) == (1 if stream else 0)
+    if stream:
+        assert "reward.reward_model.enable_resource_pool" in warned[0]
 
 
 def test_reward_model_on_its_own_pool_spreads_requests_and_stays_awake(ray_session, trainer_run, ocr_data, vlm_path,

@@ -258,6 +258,15 @@ def build_components(prepared: Prepared, *, write: Callable[[str], None] = print
             reward_model = RewardModelService(
                 rm, device=device, slots=slots, share=share, threads=trainer.cpu_threads_per_worker
             )
+            if config.reward.stream and rm.colocated:
+                logger.warning(
+                    "reward.stream=true with a colocated reward model (reward.reward_model.enable_resource_pool=false):"
+                    " the reward model then shares the rollout's %s while the step generates, which can slow the"
+                    " generation by more than streaming hides (on one H200 it made the step slower, see"
+                    " docs/omni/rewards.md); streaming pays off with reward.reward_model.enable_resource_pool=true or a"
+                    " reward that does not use those devices (e.g. an HTTP scorer elsewhere)",
+                    "GPUs" if device == "cuda" else "CPU cores",
+                )
         endpoint = reward_model.endpoint if reward_model is not None else None
         reward = build_reward_manager(config.reward, reward_model=endpoint)
         tracker = Tracking(

@@ -272,18 +272,21 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
     def _generate_and_score(
         self, records: list, sampling: DiffusionSamplingConfig, step: int, timing: dict, metrics: dict
     ) -> tuple[TensorDict, RewardOutput]:
-        """Steps 2-4: the rollout, its sleep, the rewards; `timing_s/reward_exposed` is the wait for the rewards.
+        """Steps 2-4: the rollout, its sleep, the rewards; `timing_s/reward_exposed` is what the step waits for them.
 
-        With `reward.stream` each request's groups are scored while the others are generated (`RewardStream`), the
-        reward model awake through both; `timing_s/reward` is then the span from the first group submitted to the
-        last scored.
+        Without `reward.stream` the reward stage follows generation: `reward` = `reward_exposed`, the sleeping reward
+        model's wake-up and sleep included. With it each request's groups are scored while the others are
+        generated (`RewardStream`), the reward model awake through both: `reward_exposed` is the reward model's
+        wake-up before generation, the wait for the last group and its sleep after it; `reward` is the span from
+        the first group submitted to the last scored, plus that wake-up and sleep. `reward_model_wake` /
+        `reward_model_sleep` are logged when the reward model sleeps between phases.
         """
         c = self._components()
         seed = self.seed + step * STEP_SEED_STRIDE
         with contextlib.ExitStack() as scope:
             stream = None
             if self.config.reward.stream:
-                scope.enter_context(self._reward_model_awake(f"the reward of step {step}"))
+                scope.enter_context(self._reward_model_awake(f"the reward of step {step}", timing))
                 stream = scope.enter_context(
                     RewardStream(c.reward, records, n=sampling.n, step=step, timeout_s=self.config.reward.timeout_s,
                                  max_workers=self.config.reward.num_workers)
@@ -301,10 +304,13 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
             if stream is not None:
                 with _timer(timing, "reward_exposed"):
                     scored = stream.collect(batch.batch_size[0])
-                timing["reward"] = stream.span_s
+                    scope.close()  # the stream's threads end and the reward model sleeps: the step waits for both
+                lifecycle = timing.get("reward_model_wake", 0.0) + timing.get("reward_model_sleep", 0.0)
+                timing["reward_exposed"] += timing.get("reward_model_wake", 0.0)
+                timing["reward"] = max(stream.span_s + lifecycle, timing["reward_exposed"])
                 return batch, scored
         per_sample = [records[int(i)] for i in batch["prompt_index"]]
-        with _timer(timing, "reward_exposed"), self._reward_model_awake(f"the reward of step {step}"):
+        with _timer(timing, "reward_exposed"), self._reward_model_awake(f"the reward of step {step}", timing):
             scored = c.reward.score_records(batch["images"], per_sample, step=step)
         timing["reward"] = timing["reward_exposed"]
         return batch, scored
@@ -464,10 +470,13 @@ class FlowGRPOTrainer(StepDataMixin, SeparateModeMixin):
             except Exception as e:  # cleanup must reach every part
                 logger.warning("cleanup: %s", e)
 
-    def _reward_model_awake(self, what: str) -> contextlib.AbstractContextManager[None]:
-        """The reward model's servers awake for `what` (`RewardModelService.awake`); nothing without a reward model."""
+    def _reward_model_awake(self, what: str, timing: dict | None = None) -> contextlib.AbstractContextManager[None]:
+        """The reward model's servers awake for `what` (`RewardModelService.awake`); nothing without a reward model.
+
+        With `timing`, the wake-up's and the sleep's seconds are added to it.
+        """
         reward_model = self._components().reward_model
-        return reward_model.awake(what) if reward_model is not None else contextlib.nullcontext()
+        return reward_model.awake(what, timing) if reward_model is not None else contextlib.nullcontext()
 
     def _components(self) -> TrainerComponents:
         if self.components is None:

@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -133,14 +134,18 @@ class RewardModelService:
     # ---- the calls the trainer makes ----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def awake(self, what: str) -> Iterator[None]:
+    def awake(self, what: str, timing: dict[str, float] | None = None) -> Iterator[None]:
         """Wake the servers for the phase `what` (when they sleep between phases); check them and sleep after it.
+
+        With `timing`, the seconds the wake-up and the sleep took are added to its `reward_model_wake` /
+        `reward_model_sleep` (only when the servers sleep between phases: colocated with `free_cache_engine`).
 
         Raises:
             RewardModelError: a server died during `what` (names it; chained to the phase's own error if any).
         """
         if self.sleeps:
-            self._broadcast("wake_up", what)
+            with _timed(timing, "reward_model_wake"):
+                self._broadcast("wake_up", what)
         try:
             yield
         except Exception as e:
@@ -148,7 +153,8 @@ class RewardModelService:
             raise
         self.check(what)
         if self.sleeps:
-            self._broadcast("sleep", what)
+            with _timed(timing, "reward_model_sleep"):
+                self._broadcast("sleep", what)
 
     def check(self, what: str, cause: BaseException | None = None) -> None:
         """Raise `RewardModelError` naming the first server the router found dead during `what`."""
@@ -216,3 +222,14 @@ class RewardModelService:
         except BaseException:  # Ctrl-C: the coroutine must not run on once its caller has gone
             future.cancel()
             raise
+
+
+@contextlib.contextmanager
+def _timed(timing: dict[str, float] | None, key: str) -> Iterator[None]:
+    """Add the block's seconds to `timing[key]` (nothing without `timing`)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if timing is not None:
+            timing[key] = timing.get(key, 0.0) + time.perf_counter() - start
