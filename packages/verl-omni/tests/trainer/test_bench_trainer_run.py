@@ -109,4 +109,3 @@ def test_model_presets_build_the_stated_transformer_and_every_lora_target_matche
     assert f"{arr}.rollout.pipeline.guidance_scale={w.guidance}" in over
     assert f"{arr}.rollout.pipeline.num_frames={33 if preset == 'wan' else 1}" in over
     assert f"{arr}.actor.ppo_micro_batch_size_per_gpu={1 if preset == 'wan' else 16}" in over
-

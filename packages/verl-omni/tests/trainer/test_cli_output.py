@@ -113,3 +113,15 @@ def test_a_failed_runs_traceback_goes_to_the_run_folder_or_else_to_stderr(tmp_pa
     assert note.startswith(f"(full traceback above: cannot write {tmp_path / 'file' / 'run' / 'error.log'}: ")
     err = capsys.readouterr().err
     assert "KeyError: 'inner cause'" in err and err.rstrip().endswith("RuntimeError: outer")
+
+
+def test_an_earlier_runs_error_log_is_set_aside_not_left_as_current(tmp_path):
+    from verl_omni.trainer.main import _set_aside_error_log
+
+    _set_aside_error_log(tmp_path / "missing")  # no folder, no error.log: nothing to do
+    assert not (tmp_path / "missing").exists()
+    (tmp_path / "error.previous.log").write_text("older\n")
+    (tmp_path / "error.log").write_text("earlier\n")
+    _set_aside_error_log(tmp_path)
+    assert not (tmp_path / "error.log").exists()
+    assert (tmp_path / "error.previous.log").read_text() == "earlier\n"  # the latest earlier error is kept

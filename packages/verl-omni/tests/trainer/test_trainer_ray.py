@@ -226,6 +226,8 @@ def test_a_rollout_request_over_its_timeout_exits_1_naming_the_server_and_the_ca
         *_cli_run(tiny_qwen_image_path, fast_overrides, tmp_path, steps=1),
         "actor_rollout_ref.rollout.request_timeout_s=0.001",  # no image is that fast: the server times out
     ]
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "run" / "error.log").write_text("an earlier run's error\n")
     assert run(argv) == EXIT_FAILED
     err = capsys.readouterr().err
     assert "error at step 1: RolloutServiceError: rollout server rank 0 failed during generate" in err
@@ -236,3 +238,5 @@ def test_a_rollout_request_over_its_timeout_exits_1_naming_the_server_and_the_ca
     text = log.read_text()
     assert text.startswith("verl-omni-train: error at step 1, ") and "Traceback (most recent call last):" in text
     assert "RolloutServiceError: rollout server rank 0 failed during generate" in text
+    # the earlier run's error.log was set aside when this run started, not overwritten unseen or left as current
+    assert (tmp_path / "run" / "error.previous.log").read_text() == "an earlier run's error\n"

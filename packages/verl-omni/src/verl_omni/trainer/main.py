@@ -161,6 +161,7 @@ def run(argv: Sequence[str], *, default_config: str = QUICKSTART, command: Seque
     )
 
     trainer_cfg = prepared.config.trainer
+    _set_aside_error_log(pathlib.Path(trainer_cfg.run_dir))
     checkpoints = CheckpointManager(trainer_cfg.default_local_dir)
     trainer = FlowGRPOTrainer(prepared.config)
     stage, interrupted = "during setup", False
@@ -220,6 +221,24 @@ def _resume_line(
         return f"last checkpoint: {latest} (step {step}); resume: {resume}"
     more = resume_command(command, argv, trainer_cfg.resume_mode, total_steps=2 * max(finished_at, 1))
     return f"last checkpoint: {latest} (step {step}); to train on from it: {more}"
+
+
+def _set_aside_error_log(run_dir: pathlib.Path) -> None:
+    """Rename an earlier run's `run_dir/error.log` to `error.previous.log` (replacing an older one) and say so.
+
+    A run folder then never shows an error this run did not have; the earlier traceback is kept, not deleted.
+    A folder that cannot be changed is left as it is, with a warning.
+    """
+    stale = run_dir / "error.log"
+    if not stale.is_file():
+        return
+    kept = run_dir / "error.previous.log"
+    try:
+        stale.replace(kept)
+    except OSError as e:
+        logger.warning("cannot rename the earlier run's %s to %s: %s", stale, kept.name, e.strerror or e)
+        return
+    logger.info("the earlier run's error.log in %s is now %s", run_dir, kept.name)
 
 
 def _write_error_log(run_dir: pathlib.Path, error: BaseException, where: str) -> str:
