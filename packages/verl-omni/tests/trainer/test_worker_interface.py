@@ -138,6 +138,9 @@ class _Echo:
     def broken(self) -> None:
         _fail_like_cudnn()
 
+    def dies(self) -> None:
+        os._exit(3)  # the process goes mid-call, as under the OOM killer or a segfault
+
 
 # what torch raised in cuDNN's SDPA backward on the H200: the cause on the first line, a C++ trace, CUDA's advice last
 _CUDNN_ERROR = (
@@ -162,6 +165,7 @@ class _EchoGroup(RankGroup):
     rows = SplitRanks(_EchoAPI.rows)
     scaled = EveryRank(_EchoAPI.scaled)
     broken = EveryRank(_EchoAPI.broken)
+    dies = EveryRank(_EchoAPI.dies)
 
 
 def test_the_proxy_splits_and_fans_out_over_real_ray_actors(ray_session):
@@ -184,6 +188,14 @@ def test_the_proxy_splits_and_fans_out_over_real_ray_actors(ray_session):
         assert message.endswith(f"(at {__file__}:{_fail_like_cudnn.__code__.co_firstlineno + 1} in _fail_like_cudnn)")
         with pytest.raises(ValueError, match="batch of 3 samples does not split over 2 echo ranks"):
             group.rows(TensorDict({"x": torch.arange(3)}, batch_size=[3]))
+        # a rank whose process dies mid-call: the rank, the call, the actor class and Ray's own reason for the death
+        with pytest.raises(WorkerError) as died:
+            group.dies()
+        message = str(died.value)
+        headline = rf"{who} died during dies: ActorDiedError \(actor class _Echo\): The actor died"
+        assert re.match(headline, message), message
+        assert "Worker exit type:" in message and "Worker exit detail:" in message, message
+        assert "Some common causes" not in message and "OOM killer" in message, message
     finally:
         for handle in handles:
             ray.kill(handle)

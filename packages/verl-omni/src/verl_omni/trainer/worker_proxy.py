@@ -26,6 +26,7 @@ __all__ = [
     "WorkerError",
     "WorkerInterfaceError",
     "check_worker",
+    "describe_actor_death",
     "describe_remote_error",
 ]
 
@@ -275,11 +276,13 @@ def describe_remote_error(error: BaseException, limit: int = 300) -> str:
     For a `RayTaskError` (the worker's method raised): `Type: first line of its message` of the original exception
     (`.cause`, unwrapped through nested task errors), the line cut at `limit` characters, then
     `(at file:line in function)` for the innermost frame of the remote traceback outside torch and Ray, when there
-    is one. For any other error (e.g. `RayActorError`: the worker died) the first and last non-empty lines of its
-    message (Ray puts the reason last).
+    is one. For a `RayActorError` (the worker died): `describe_actor_death`. For any other error the first and last
+    non-empty lines of its message.
     """
-    from ray.exceptions import RayTaskError
+    from ray.exceptions import RayActorError, RayTaskError
 
+    if isinstance(error, RayActorError):
+        return describe_actor_death(error)
     if not isinstance(error, RayTaskError):
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         if len(lines) > 2:
@@ -296,6 +299,35 @@ def describe_remote_error(error: BaseException, limit: int = 300) -> str:
     text = _cut(f"{type(cause).__name__}: {first}" if first else type(cause).__name__, limit)
     frame = _innermost_own_frame(remote_traceback)
     return f"{text} (at {frame})" if frame else text
+
+
+#: a `key: value` line of the actor's identity in Ray's death message (`\tclass_name: W`, `\tpid: 7`)
+_ACTOR_FIELD = re.compile(r"^\s+(?P<key>\w+): (?P<value>.*)$")
+#: where Ray's generic advice starts in a death message (what follows names no fact of this death)
+_RAY_ADVICE = "Some common causes include:"
+
+
+def describe_actor_death(error: BaseException, limit: int = 600) -> str:
+    """One line saying why a Ray actor died: `Type (actor class C): <Ray's headline> <Ray's reason>`.
+
+    The reason is everything Ray says after the actor's identity fields (the exit type and detail: an exit code, a
+    signal, the OOM killer, `ray.kill`), kept whole up to Ray's generic list of common causes, which becomes one short
+    clause; the line is cut at `limit` characters.
+    """
+    lines = [line.rstrip() for line in str(error).splitlines() if line.strip()]
+    fields = {m["key"]: m["value"].strip() for line in lines[1:] if (m := _ACTOR_FIELD.match(line))}
+    reason = " ".join(line.strip() for line in lines[1:] if not _ACTOR_FIELD.match(line))
+    advice = _RAY_ADVICE in reason
+    reason = reason.partition(_RAY_ADVICE)[0].strip()
+    head = (
+        f"{type(error).__name__} (actor class {fields['class_name']})"
+        if "class_name" in fields
+        else type(error).__name__
+    )
+    text = " ".join(part for part in (lines[0].strip() if lines else "", reason) if part)
+    if advice:
+        text += " (Ray's usual causes: the kernel's OOM killer, `ray stop --force`, a crash such as SIGSEGV)"
+    return _cut(f"{head}: {text}" if text else head, limit)
 
 
 def _innermost_own_frame(traceback_text: str) -> str | None:
