@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -171,12 +172,13 @@ def assert_resume_matches_straight(runs: ResumeRuns, *, split_only: tuple[str, .
 
 @pytest.fixture
 def straight_vs_resumed(trainer_run) -> Callable[..., ResumeRuns]:
-    """`straight_vs_resumed(folder, overrides, *, split_overrides=None, split_only=(), before_resume=None)`.
+    """`straight_vs_resumed(folder, overrides, *, split_overrides=None, split_only=(), before_resume=None,
+    model_path=None)`.
 
     Runs `overrides` 3 steps straight in `folder/straight`; then `split_overrides` (default `overrides`) 2 steps with
     a checkpoint at step 2 in `folder/split`, `before_resume(first_two)`, and a resume there to step 3. Asserts
     `assert_resume_matches_straight` (metrics of every step, parameters, AdamW state) and returns the runs for the
-    test's own checks.
+    test's own checks. The model is the session's tiny Qwen-Image unless `model_path` names another pipeline folder.
     """
 
     def call(
@@ -186,16 +188,18 @@ def straight_vs_resumed(trainer_run) -> Callable[..., ResumeRuns]:
         split_overrides: list[str] | None = None,
         split_only: tuple[str, ...] = (),
         before_resume: Callable[[TrainerRun], None] | None = None,
+        model_path: pathlib.Path | None = None,
     ) -> ResumeRuns:
         split = overrides if split_overrides is None else split_overrides
-        straight = trainer_run(folder / "straight", [*overrides, "trainer.total_training_steps=3"], fingerprint=True)
+        run = trainer_run if model_path is None else functools.partial(run_trainer, model_path)
+        straight = run(folder / "straight", [*overrides, "trainer.total_training_steps=3"], fingerprint=True)
         assert straight.error is None, straight.error
-        first_two = trainer_run(folder / "split", [*split, "trainer.total_training_steps=2", "trainer.save_freq=2"])
+        first_two = run(folder / "split", [*split, "trainer.total_training_steps=2", "trainer.save_freq=2"])
         assert first_two.error is None, first_two.error
         if before_resume is not None:
             before_resume(first_two)
         again = [*split, "trainer.total_training_steps=3", "trainer.resume_mode=auto"]
-        runs = ResumeRuns(straight, first_two, trainer_run(folder / "split", again, fingerprint=True))
+        runs = ResumeRuns(straight, first_two, run(folder / "split", again, fingerprint=True))
         assert_resume_matches_straight(runs, split_only=split_only)
         return runs
 
