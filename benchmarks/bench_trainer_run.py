@@ -33,11 +33,13 @@ the on-policy update, = ProjectLoop's `fused`); the reward runs on 2 threads of 
 rollout's per-step SDE window start is the trainer's `pin_sde_window` draw (workload B) rather than the sampler default.
 
 Timing keys the trainer logs (`timing_s/*`, each a wall-clock span in the driver): `gen`, `rollout_sleep`,
-`reward`, `adv`, `old_log_prob` (absent when fused), `ref`, `update_actor`, `update_weights` (= the rollout's
-wake-up + the export + the HTTP send + the version check), its parts `rollout_wake`, `weight_export`,
-`weight_send`, and `gen_request_overhead` (the
-mean per request of the client round trip minus the server's latency, i.e. trajectory transfer + codec; its
-`timing_share` is of the summed round trips, so its share of the step is estimated as that share x gen / step).
+`reward` (here the step's exposed reward time, `timing_s/reward_exposed`; with `reward.stream` the whole reward
+stage overlaps generation and is reported as the sub-stage `reward_whole`; a sleeping reward model's wake-up and
+sleep are the sub-stages `reward_model_wake` / `reward_model_sleep`), `adv`, `old_log_prob` (absent when fused),
+`ref`, `update_actor`, `update_weights` (= the rollout's wake-up + the export + the HTTP send + the version check),
+its parts `rollout_wake`, `weight_export`, `weight_send`, and `gen_request_overhead` (the mean per request of the
+client round trip minus the server's latency, i.e. trajectory transfer + codec; its `timing_share` is of the summed
+round trips, so its share of the step is estimated as that share x gen / step).
 
     python benchmarks/bench_trainer_run.py --preset a --variants default,compile --out "$OUT"      # H200
     python benchmarks/bench_trainer_run.py --preset tiny --device cpu --steps 2 --warmup 1          # CPU, a minute
@@ -64,6 +66,13 @@ import time
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # sibling modules, when run as a script
+from trainer_run_reward import (
+    REWARD_MODELS,
+    VARIANT_PARTS,
+    build_reward_model,
+    reward_model_overrides,
+    write_ocr_prompts,
+)
 from trainer_workload_parts import PRESETS, PROMPTS, Workload, build_pipeline_folder, lora_targets
 
 VARIANTS: dict[str, list[str]] = {
@@ -107,6 +116,7 @@ VARIANTS: dict[str, list[str]] = {
     "dppo": ["actor_rollout_ref.actor.diffusion_loss.loss_mode=flow_dppo",
              "actor_rollout_ref.rollout.algo.sde_type=sde",
              "actor_rollout_ref.actor.ppo_mini_batch_size=1"],  # 2 optimizer steps a batch, as upstream's recipe
+    **VARIANT_PARTS,  # stream, rm-vllm, rm-pool: the reward model's placement and reward streaming
 }  # fmt: skip
 """Variant parts (join with `+`, e.g. `compile+awake`) -> extra overrides. A part `Ngpu` (e.g. `compile+2gpu`) runs
 on N GPUs (N CPU ranks on the CPU) with N times the prompts per step, one optimizer step each, as weak scaling:
@@ -284,9 +294,15 @@ def summarize(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         return {"error": f"no measured step in metrics.jsonl ({len(rows)} rows, {warmup} warm-up)"}
     step = _median(measured, "timing_s/step")
     stage = {s: v for s in STAGES if (v := _median(measured, f"timing_s/{s}")) is not None}
+    whole = stage.get("reward")
+    if (exposed := _median(measured, "timing_s/reward_exposed")) is not None:
+        stage["reward"] = exposed  # the step's share; with reward.stream the rest overlaps generation
     stage["other"] = max(step - sum(stage.values()), 0.0)
-    sub = {k: v for k in ("rollout_wake", "weight_export", "weight_send", "gen_request_overhead")
+    sub = {k: v for k in ("rollout_wake", "weight_export", "weight_send", "gen_request_overhead",
+                          "reward_model_wake", "reward_model_sleep")
            if (v := _median(measured, f"timing_s/{k}")) is not None}  # fmt: skip
+    if whole is not None:
+        sub["reward_whole"] = whole
     if "update_weights" in stage and {"rollout_wake", "weight_export", "weight_send"} <= sub.keys():
         parts = sub["rollout_wake"] + sub["weight_export"] + sub["weight_send"]
         sub["version_check_and_rest"] = max(stage["update_weights"] - parts, 0.0)
@@ -403,6 +419,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=int, default=None, help="unmeasured first steps (2 on cuda, 1 on cpu)")
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--folder", default=None, help="pipeline folder (built here when absent)")
+    parser.add_argument(
+        "--reward-model",
+        choices=sorted(REWARD_MODELS),
+        default=None,
+        help="score with the OCR reward on a random VLM reward model (trainer_run_reward.py)",
+    )
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     args = parser.parse_args(argv)
     from tqdm.auto import tqdm
@@ -441,7 +463,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             build_pipeline_folder(w, folder, getattr(torch, dtype))
             results["build_s"] = round(time.perf_counter() - t0, 1)
         most = max([1] + [int(m.group(1)) for v in variants for p in v.split("+") if (m := GPU_PART.match(p))])
-        base = workload_overrides(w, folder, write_prompts(w, work / "prompts.jsonl", copies=most), device, dtype)
+        prompts = write_prompts(w, work / "prompts.jsonl", copies=most)
+        base = workload_overrides(w, folder, prompts, device, dtype)
+        if args.reward_model:
+            t0 = time.perf_counter()
+            base += reward_model_overrides(build_reward_model(args.reward_model, work / "reward_model"), device, dtype)
+            write_ocr_prompts(prompts)
+            results["reward_model"] = {"name": args.reward_model, "build_s": round(time.perf_counter() - t0, 1)}
         results["overrides"] = base
         for name in tqdm(variants, desc=f"trainer variants ({preset})", unit="run"):
             folder_name = f"{preset}_{name.replace('+', '_')}"  # `+` is not a portable file-name character

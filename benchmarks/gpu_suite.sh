@@ -5,7 +5,7 @@
 # Phases: env, tests, vllm, vllm-trainer, sampling, core, rollout, export, engine, engine-compile, dist (needs 2 GPUs), lora-kl,
 #         trainer, trainer-run (= trainer-run-a trainer-run-b), trainer-run-algos, trainer-run-algos-sde,
 #         trainer-run-scaling (needs 2 GPUs), lora-sync, trainer-run-defaults, profile-b, growth-a, growth-b,
-#         models-sampling, models-trainer.
+#         models-sampling, models-trainer, reward-stream.
 #   tests:   every `gpu`-marked test (one GPU; the two-GPU ones skip below 2 devices), among them the
 #            LoRA + KL bf16 loop (ref log-prob -> update -> ref log-prob -> update) on one GPU, SD3 and Qwen-Image
 #   dist:    the two-GPU tests of test_fsdp_engine_distributed.py, among them the same loop on two GPUs (NCCL)
@@ -43,6 +43,12 @@
 #   reward-model: the vLLM chat route on a tiny Qwen2.5-VL (images, same answers as vLLM's own app, sleep/wake), the OCR
 #            recipe's reward model on vLLM in the trainer (colocated; own pool with 2 GPUs; each with reward.stream off
 #            and on, printing the reward stage's whole and exposed seconds), bench_chat.py on vLLM (needs the vLLM bundle)
+#   reward-stream (issue 27): bench_trainer_run.py on workload A scored by the OCR reward on a random Qwen2.5-VL of
+#            about 1.3 B parameters (`--reward-model mid`, trainer_run_reward.py) on verl-core's HF server, colocated
+#            and sleeping between reward phases: `perprompt` (one request per prompt) against `perprompt+stream`
+#            (the same requests, each group scored while the others generate); 1 warm-up + 3 steps. Add `+rm-vllm`
+#            for the vLLM server (needs the vLLM bundle) and `+rm-pool` for a GPU of its own (needs 2 GPUs:
+#            RUN_RM_DEVICES=0,1). RUN_RM_MODEL / RUN_RM_VARIANTS replace the model and the list.
 #   trainer-run-vllm: workload A with the diffusers rollout and with vllm_omni in one command (needs the vLLM bundle)
 #   models-sampling (issue 33): bench_logprob_pipeline.py on the `flux` and `wan` presets of trainer_workload_parts.py
 #            (log-prob sampling vs the stock __call__, target >= 0.95). Estimate: FLUX 3.3e12 FLOPs per image forward
@@ -132,6 +138,10 @@ for phase in "$@"; do
             packages/verl-core/tests/rollout/test_gpu_backends.py packages/verl-omni/tests/rollout/test_vllm_omni_gpu.py ;;
     vllm-trainer) VERL_TEST_RAY_LOGS=1 run gpu-vllm-trainer timeout -k 10 "${VLLM_TRAINER_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -m gpu -q -rs -s -k vllm_omni \
                     packages/verl-omni/tests/trainer/test_trainer_gpu.py ;;
+    reward-stream) CUDA_VISIBLE_DEVICES=${RUN_RM_DEVICES:-0} run bench-trainer-run-reward timeout 570 python3 benchmarks/bench_trainer_run.py \
+                     --device cuda --preset a --reward-model "${RUN_RM_MODEL:-mid}" \
+                     --variants "${RUN_RM_VARIANTS:-perprompt,perprompt+stream}" --skip-baseline --warmup 1 --steps 3 \
+                     --out "$out/reward" ;;
     trainer-run-vllm) CUDA_VISIBLE_DEVICES=0 run bench-trainer-run-vllm timeout 560 python3 benchmarks/bench_trainer_run.py \
                         --device cuda --preset a --variants "${RUN_VLLM_VARIANTS:-compile+vllm-omni,compile}" \
                         --skip-baseline --warmup 1 --steps 3 --out "$out/vllm" ;;

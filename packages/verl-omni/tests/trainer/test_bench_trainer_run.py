@@ -109,3 +109,26 @@ def test_model_presets_build_the_stated_transformer_and_every_lora_target_matche
     assert f"{arr}.rollout.pipeline.guidance_scale={w.guidance}" in over
     assert f"{arr}.rollout.pipeline.num_frames={33 if preset == 'wan' else 1}" in over
     assert f"{arr}.actor.ppo_micro_batch_size_per_gpu={1 if preset == 'wan' else 16}" in over
+
+
+def test_reward_model_options_compose_a_valid_trainer_config_routed_to_the_ocr_reward():
+    """`--reward-model` and the variant parts `stream`, `rm-vllm`, `rm-pool` (trainer_run_reward.py) give a config the
+    trainer accepts, with the OCR reward on the reward model; the prompts carry a ground truth each."""
+    bench = _bench()
+    from trainer_run_reward import REWARD_MODELS, ocr_rows, reward_model_overrides
+
+    from verl_omni.trainer.config import load_config
+
+    assert {"stream", "rm-vllm", "rm-pool"} <= bench.VARIANTS.keys() and {"tiny", "mid"} <= REWARD_MODELS.keys()
+    w = bench.PRESETS["a"]
+    base = bench.workload_overrides(w, pathlib.Path("/f"), pathlib.Path("/p.jsonl"), "cuda", "bfloat16")
+    extra = reward_model_overrides(pathlib.Path("/rm"), "cuda", "bfloat16")
+    parts = bench.variant_overrides("perprompt+stream+rm-vllm+rm-pool")
+    config = load_config([*base, *extra, *parts], config_name="diffusion_trainer")
+    rm = config.reward.reward_model
+    assert config.reward.stream and rm.enable and str(rm.model_path) == "/rm" and rm.rollout.name == "vllm"
+    assert rm.enable_resource_pool and rm.nnodes == 1 and rm.n_gpus_per_node == 1
+    assert config.reward.custom_reward_function.name == "compute_score_ocr"
+    assert config.actor_rollout_ref.rollout.agent.prompts_per_request == 1
+    rows = ocr_rows([{"prompt": p, "data_source": "jpeg_compressibility"} for p in bench.PROMPTS])
+    assert all(r["data_source"] == "flow_grpo/ocr" and r["ground_truth"] for r in rows)

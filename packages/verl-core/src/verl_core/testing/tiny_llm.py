@@ -61,6 +61,16 @@ def build_tiny_llm(
         num_layers (`int`, *optional*, defaults to `2`): decoder layers.
         vocab_size (`int`, *optional*, defaults to `384`): BPE vocabulary size (256 bytes + merges + 4 specials).
         seed (`int`, *optional*, defaults to `0`): seed of the random weights.
+        num_layers (`int`, *optional*, defaults to `2`): decoder layers of the language model.
+        vision_depth (`int`, *optional*, defaults to `1`): blocks of the vision tower.
+        max_pixels (`int`, *optional*, defaults to `56 * 56`): the image processor's largest image, in pixels
+            (images are resized to at most this; 4 image tokens per 28x28 pixels). Prompts stay under the model's
+            512 positions up to about `448 * 448` (256 image tokens).
+        init_std (`float`, *optional*, defaults to `0.5`): std of the random weights. The default is wide so answers
+            depend strongly on weights and images; a wide, deep model (a benchmark's) needs a small one, e.g. 0.02,
+            to keep its activations finite in bf16.
+        dtype (`str`, *optional*): the dtype the weights are saved in (e.g. `"bfloat16"`, half the size of the
+            default float32).
     """
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -94,7 +104,17 @@ def build_tiny_llm(
 
 
 def build_tiny_vlm(
-    path: str | Path, *, hidden_size: int = 32, num_heads: int = 4, vision_heads: int = 2, seed: int = 0
+    path: str | Path,
+    *,
+    hidden_size: int = 32,
+    num_heads: int = 4,
+    vision_heads: int = 2,
+    seed: int = 0,
+    num_layers: int = 2,
+    vision_depth: int = 1,
+    max_pixels: int = 56 * 56,
+    init_std: float = 0.5,
+    dtype: str | None = None,
 ) -> Path:
     """Write a random Qwen2.5-VL, its tokenizer with a chat template, and an image processor; return the folder.
 
@@ -109,6 +129,16 @@ def build_tiny_vlm(
             heads). vLLM's attention kernels need a head size of 32 or more: e.g. `hidden_size=256, num_heads=4`.
         vision_heads (`int`, *optional*, defaults to `2`): attention heads of the vision tower.
         seed (`int`, *optional*, defaults to `0`): seed of the random weights.
+        num_layers (`int`, *optional*, defaults to `2`): decoder layers of the language model.
+        vision_depth (`int`, *optional*, defaults to `1`): blocks of the vision tower.
+        max_pixels (`int`, *optional*, defaults to `56 * 56`): the image processor's largest image, in pixels
+            (images are resized to at most this; 4 image tokens per 28x28 pixels). Prompts stay under the model's
+            512 positions up to about `448 * 448` (256 image tokens).
+        init_std (`float`, *optional*, defaults to `0.5`): std of the random weights. The default is wide so answers
+            depend strongly on weights and images; a wide, deep model (a benchmark's) needs a small one, e.g. 0.02,
+            to keep its activations finite in bf16.
+        dtype (`str`, *optional*): the dtype the weights are saved in (e.g. `"bfloat16"`, half the size of the
+            default float32).
     """
     from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -126,7 +156,7 @@ def build_tiny_vlm(
     tokenizer.save_pretrained(out)
     # the PIL image processor: the default one needs torchvision, which verl-core does not depend on
     images = Qwen2VLImageProcessorPil(
-        min_pixels=28 * 28, max_pixels=56 * 56, patch_size=14, merge_size=2, temporal_patch_size=2
+        min_pixels=28 * 28, max_pixels=max_pixels, patch_size=14, merge_size=2, temporal_patch_size=2
     )
     images.save_pretrained(out)
     vocab = core.get_vocab()
@@ -135,7 +165,7 @@ def build_tiny_vlm(
             "vocab_size": ((len(vocab) + 63) // 64) * 64,
             "hidden_size": hidden_size,
             "intermediate_size": hidden_size * 2,
-            "num_hidden_layers": 2,
+            "num_hidden_layers": num_layers,
             "num_attention_heads": num_heads,
             "num_key_value_heads": max(1, num_heads // 2),
             "max_position_embeddings": 512,
@@ -146,12 +176,12 @@ def build_tiny_vlm(
             "tie_word_embeddings": False,
         },
         vision_config={
-            "depth": 1,
+            "depth": vision_depth,
             "hidden_size": hidden_size,
             "intermediate_size": hidden_size * 2,
             "num_heads": vision_heads,
             "out_hidden_size": hidden_size,
-            "fullatt_block_indexes": [0],
+            "fullatt_block_indexes": list(range(vision_depth)),
         },
         image_token_id=vocab["<|image_pad|>"],
         video_token_id=vocab["<|video_pad|>"],
@@ -159,8 +189,10 @@ def build_tiny_vlm(
     )
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config)
-    for p in model.parameters():  # wider than the default init, so answers depend strongly on weights and images
-        torch.nn.init.normal_(p, std=0.5)
+    for p in model.parameters():  # 0.5: wider than the default init, so answers depend strongly on weights and images
+        torch.nn.init.normal_(p, std=init_std)
+    if dtype is not None:
+        model.to(getattr(torch, dtype))
     model.save_pretrained(out)
     return out
 
