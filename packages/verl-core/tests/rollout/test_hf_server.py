@@ -71,15 +71,23 @@ def test_hf_lora_bad_updates_name_the_problem(server, tiny_llm_path):
     assert run(server.generate(GREEDY)).finish_reason in ("stop", "length")
 
 
-def test_hf_sleep_level_2_frees_weights_and_wake_reloads_checkpoint(tiny_llm_path):
+def test_hf_sleep_level_2_frees_weights_and_wake_reloads_checkpoint(tiny_llm_path, monkeypatch):
+    import gc
+
     server = HFHttpServer(RolloutConfig(model={"path": str(tiny_llm_path)}, device="cpu"))
     run(server.launch())
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)
     try:
+        # level 1 on the CPU has nothing to free: no full collection (it cost a colocated reward model 0.2-0.8 s a step)
+        run(server.sleep(level=1))
+        assert collections == [] and server.metrics_snapshot()["weights_resident"] is True
+        run(server.wake_up())
         fresh = run(server.generate(GREEDY))
         run(server.update_weights({"model.norm.weight": torch.full((32,), 3.0)}, version=4))
         assert run(server.generate(GREEDY)).weight_version == 4
         run(server.sleep(level=2))
-        assert server.metrics_snapshot()["weights_resident"] is False
+        assert server.metrics_snapshot()["weights_resident"] is False and len(collections) == 1
         with pytest.raises(NotReadyError, match="asleep"):
             run(server.generate(GREEDY))
         with pytest.raises(NotReadyError, match="wake_up"):

@@ -263,6 +263,8 @@ class HFHttpServer(RolloutHttpServer):
             self._model, self._peft, self._peft_config = None, None, None
         elif self._device.type != "cpu":
             self._model.to("cpu")
+        else:
+            return  # level 1 on the CPU frees nothing: skip the full collection (0.2-0.8 s in a trainer's process)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
