@@ -61,16 +61,6 @@ def build_tiny_llm(
         num_layers (`int`, *optional*, defaults to `2`): decoder layers.
         vocab_size (`int`, *optional*, defaults to `384`): BPE vocabulary size (256 bytes + merges + 4 specials).
         seed (`int`, *optional*, defaults to `0`): seed of the random weights.
-        num_layers (`int`, *optional*, defaults to `2`): decoder layers of the language model.
-        vision_depth (`int`, *optional*, defaults to `1`): blocks of the vision tower.
-        max_pixels (`int`, *optional*, defaults to `56 * 56`): the image processor's largest image, in pixels
-            (images are resized to at most this; 4 image tokens per 28x28 pixels). Prompts stay under the model's
-            512 positions up to about `448 * 448` (256 image tokens).
-        init_std (`float`, *optional*, defaults to `0.5`): std of the random weights. The default is wide so answers
-            depend strongly on weights and images; a wide, deep model (a benchmark's) needs a small one, e.g. 0.02,
-            to keep its activations finite in bf16.
-        dtype (`str`, *optional*): the dtype the weights are saved in (e.g. `"bfloat16"`, half the size of the
-            default float32).
     """
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
