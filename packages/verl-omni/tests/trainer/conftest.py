@@ -239,18 +239,43 @@ class KillServerAtStep:
         self.inner.close()
 
 
-@pytest.fixture
-def kill_rollout_server_at(monkeypatch) -> Callable[[int], None]:
-    """`kill_rollout_server_at(step)`: the next `build_components` wraps its reward in `KillServerAtStep(step)`."""
+def _hang_weight_updates(server: Any) -> None:
+    """Run inside rollout server 0's Ray actor: from now on its weight updates never finish (a hung engine)."""
+    import asyncio
 
-    def arm(step: int) -> None:
+    async def hang(update: Any) -> None:
+        await asyncio.sleep(3600)
+
+    server._engine_begin_weights = hang
+
+
+class HangServerAtStep(KillServerAtStep):
+    """As `KillServerAtStep`, but rollout server 0 stays alive and hangs in its next weight updates."""
+
+    def score_records(self, images: Any, records: Any, *, step: int | None = None) -> Any:
+        if step == self.step:
+            import sys
+
+            import ray
+
+            ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actor cannot import this module
+            ray.get(self.components.rollout.servers[0].__ray_call__.remote(_hang_weight_updates), timeout=60)
+        return self.inner.score_records(images, records, step=step)
+
+
+@pytest.fixture
+def kill_rollout_server_at(monkeypatch) -> Callable[..., None]:
+    """`kill_rollout_server_at(step, hang=False)`: the next `build_components` wraps its reward in
+    `KillServerAtStep(step)` (`HangServerAtStep` with `hang`)."""
+
+    def arm(step: int, hang: bool = False) -> None:
         from verl_omni.trainer import components as components_module
 
         real_build = components_module.build_components
 
         def build_with_killer(prepared, **kwargs):
             built = real_build(prepared, **kwargs)
-            KillServerAtStep(built, step=step)
+            (HangServerAtStep if hang else KillServerAtStep)(built, step=step)
             return built
 
         monkeypatch.setattr(components_module, "build_components", build_with_killer)

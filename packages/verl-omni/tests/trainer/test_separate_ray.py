@@ -120,31 +120,43 @@ def test_a_killed_rollout_server_is_relaunched_with_the_actors_weights_and_the_r
 RESTART = ["trainer.separate.on_rollout_failure=restart"]
 
 
+DIED = "RolloutServiceError: the weight push of version 1 failed: rollout server rank 0 died during update_"
+HUNG = (
+    "RolloutServiceError: the weight push of version 1 failed: rollout server rank(s) [0] did not take it within "
+    "actor_rollout_ref.rollout.weight_sync_timeout_s and still serve an older version: hung"
+)
+
+
 @pytest.mark.parametrize(
-    ("policy", "named"),
+    ("hang", "policy", "named"),
     [
-        pytest.param([*RESTART, "trainer.separate.max_restarts=1"], None, id="restart"),
-        pytest.param([], "", id="fail"),
+        pytest.param(False, [*RESTART, "trainer.separate.max_restarts=1"], None, id="restart"),
+        pytest.param(False, [], "", id="fail"),
         pytest.param(
+            False,
             [*RESTART, "trainer.separate.max_restarts=0"],
             " (after 0 restart(s): trainer.separate.max_restarts=0)",
             id="restart-none-left",
         ),
+        pytest.param(True, [*RESTART, "trainer.separate.max_restarts=1"], None, id="hung-restart"),
+        pytest.param(True, [], "", id="hung-fail"),
     ],
 )
 def test_a_rollout_server_met_dead_by_the_weight_push_is_relaunched_or_named(
-    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, kill_rollout_server_at, capsys, policy, named
+    ray_session, tiny_qwen_image_path, fast_overrides, tmp_path, kill_rollout_server_at, capsys, hang, policy, named
 ):
     """Lag 0 and a push after every step: while step 1 is scored the producer waits for version 1 (batch 2 may not
     start before it), so the server killed then is met first by step 1's weight push. `restart` relaunches the
     servers, pushes version 1 to them (checked bit for bit), the producer generates batch 2 on them and the run
-    finishes; `fail` (or no restart left) exits 1 naming the server (and the limit)."""
+    finishes; `fail` (or no restart left) exits 1 naming the server (and the limit). `hung-*`: the server stays
+    alive but its weight update never finishes; the push times out (weight_sync_timeout_s) and the server, still on
+    version 0, is restarted or named the same way."""
     import math
 
     from verl_omni.trainer.main import EXIT_FAILED, run
     from verl_omni.trainer.report import read_metrics
 
-    kill_rollout_server_at(1)
+    kill_rollout_server_at(1, hang=hang)
     argv = [
         "--config-name",
         "quickstart",
@@ -160,14 +172,14 @@ def test_a_rollout_server_met_dead_by_the_weight_push_is_relaunched_or_named(
         "trainer.save_freq=-1",
         "trainer.val_before_train=false",
         "actor_rollout_ref.rollout.lifecycle_timeout_s=60",
+        *(["actor_rollout_ref.rollout.weight_sync_timeout_s=5"] if hang else []),
         *policy,
     ]
     code = run(argv)
     err = capsys.readouterr().err
     if named is not None:
         assert code == EXIT_FAILED
-        line = "RolloutServiceError: the weight push of version 1 failed: rollout server rank 0 died during update_"
-        assert line in err and named in err, err[-3000:]
+        assert (HUNG if hang else DIED) in err and named in err, err[-3000:]
         return
     assert code == 0, err[-3000:]
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")

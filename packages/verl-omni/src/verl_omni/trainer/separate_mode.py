@@ -4,10 +4,11 @@
 `verl_omni.trainer.flow_grpo_trainer`): `_start_separate` builds the producer (`SeparateRollout`) and the consumer
 (`GroupConsumer`); `_take_groups` and `_score` are steps 1-4; `_correct_staleness` is step 6b; `_separate_sync` is
 step 9 (a push every `trainer.separate.parameter_sync_step` steps, between two requests); `_separate_metrics` the
-`async/*` metrics of step 12. A dead rollout server, met by the producer (`_check_rollout`, while the actor waits for
-groups) or by the weight push (`_separate_sync`), fails the step, or with `trainer.separate.on_rollout_failure:
-restart` (at most `max_restarts` times) `_restart_rollout` relaunches the servers, gives them the actor's current
-weights (checked bit for bit) and resumes the producer (a lost batch regenerated).
+`async/*` metrics of step 12. A dead rollout server, met by the producer (`_check_rollout`, while the actor waits
+for groups) or by the weight push (`_separate_sync`), and a server that hung in the weight push, fail the step, or
+with `trainer.separate.on_rollout_failure: restart` (at most `max_restarts` times) `_restart_rollout` relaunches the
+servers, gives them the actor's current weights (checked bit for bit) and resumes the producer (a lost batch
+regenerated).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensordict import TensorDict
 
-from verl_core.rollout.errors import WeightSyncError
+from verl_core.rollout.errors import EngineTimeoutError, WeightSyncError
 from verl_omni.trainer.colocated_rollout import RolloutServiceError
 from verl_omni.trainer.separate_rollout import SeparateRollout
 from verl_omni.trainer.staleness import GroupConsumer, assemble_batch, importance_weights
@@ -108,18 +109,30 @@ class SeparateModeMixin:
         return metrics
 
     def _push_failure(self: Any, error: Exception, version: int) -> RolloutServiceError | None:
-        """The push of `version` raised `error`: a `RolloutServiceError` naming the dead server, or None if none is.
+        """The push of `version` raised `error`: a `RolloutServiceError` naming the failed server, or None if none.
 
-        The rollout decides (`check_alive`: each server's /health, as its router marks a server dead for the
-        producer); a push that failed otherwise (a dead actor rank, a rejected payload) is no rollout failure.
+        The rollout decides. A dead server: `check_alive` (each server's /health, as its router marks a server dead
+        for the producer). A hung one: the push timed out on a server (`EngineTimeoutError`, bounded by
+        `rollout.weight_sync_timeout_s`) and that server, alive, still serves an older version. A push that failed
+        otherwise (a dead actor rank, a rejected payload) is no rollout failure.
         """
+        rollout = self._components().rollout
         try:
-            self._components().rollout.check_alive("update_weights")
-        except RolloutServiceError as dead:
-            failure = RolloutServiceError(f"the weight push of version {version} failed: {dead}")
+            rollout.check_alive("update_weights")
+            timed_out = _remote_cause(error, EngineTimeoutError)
+            if timed_out is None:
+                return None
+            behind = sorted(rank for rank, served in rollout.weight_versions().items() if served != version)
+            if not behind:
+                return None
+            raise RolloutServiceError(
+                f"rollout server rank(s) {behind} did not take it within actor_rollout_ref.rollout."
+                f"weight_sync_timeout_s and still serve an older version: hung ({timed_out})"
+            )
+        except RolloutServiceError as failed:
+            failure = RolloutServiceError(f"the weight push of version {version} failed: {failed}")
             failure.__cause__ = error  # the push's own error (the actor rank's traceback)
             return failure
-        return None
 
     def _take_groups(self: Any, timing: dict, metrics: dict) -> tuple[list, TensorDict, int]:
         """Separate steps 1-3: `data.train_batch_size` groups of lag <= threshold (`GroupConsumer.take`)."""
@@ -200,3 +213,19 @@ class SeparateModeMixin:
         }
         metrics.update(self.separate.idle_metrics())
         return metrics
+
+
+def _remote_cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first `kind` in `error`'s chain: its causes and, through Ray, a task error's original exception."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        each = todo.pop()
+        if each is None or id(each) in seen:
+            continue
+        seen.add(id(each))
+        if isinstance(each, kind):
+            return each
+        remote = getattr(each, "cause", None)  # ray.exceptions.RayTaskError: the worker's exception
+        todo += [each.__cause__, each.__context__, remote if isinstance(remote, BaseException) else None]
+    return None
